@@ -1,0 +1,3 @@
+from a2a_platform.celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,232 @@
+"""Settings for the A2A platform, driven entirely by environment variables.
+
+Dev, test and production differ only by environment. With nothing set the
+platform runs on its embedded default: SQLite under var/, an in-process channel
+layer and Celery worker threads inside the server process.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+# --- Typed environment readers ------------------------------------------------
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """A secret from NAME, or from the file named by NAME_FILE (Docker secrets)."""
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        return Path(path).read_text().strip()
+    return os.environ.get(name, default)
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+# --- Core ---------------------------------------------------------------------
+DEBUG = env_bool("DEBUG", default=True)
+VAR_DIR = Path(env_str("A2A_VAR_DIR", str(BASE_DIR / "var")))
+SECRET_KEY = env_secret("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off")
+    SECRET_KEY = "insecure-dev-key-only-for-the-embedded-default"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "*" if DEBUG else "")
+if not DEBUG and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS is required when DEBUG is off")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+# Used for the URLs inside agent cards; unset means "take it from the request".
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL").rstrip("/")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "drf_spectacular",
+    "a2a_platform.tenants",
+    "oauth2_provider",
+    "agents",
+    "tasks_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "a2a_platform.urls"
+ASGI_APPLICATION = "a2a_platform.asgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True
+        )
+    }
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")),
+            # IMMEDIATE transactions and WAL let the server and the worker threads
+            # write without "database is locked" upgrades; the timeout covers bursts.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            # Tests run the server in another process, so the test database is a file.
+            "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: channel layer and Celery broker -------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+# Embedded mode: no Redis, so the worker runs as threads inside the server process.
+EMBEDDED_WORKER = not REDIS_URL
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "a2a_platform.channel_layers.InProcessChannelLayer"}}
+    CELERY_BROKER_URL = "memory://localhost/"
+    # The in-memory transport polls; keep the poll short so turns start at once.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-turns": {"task": "tasks_app.tasks.sweep_turns", "schedule": 30.0},
+}
+
+# --- A2A behaviour --------------------------------------------------------------
+# How long a blocking SendMessage waits for a terminal or interrupted state.
+A2A_BLOCKING_TIMEOUT = env_float("A2A_BLOCKING_TIMEOUT", 60.0)
+# Comment lines sent on idle SSE streams so proxies keep them open.
+A2A_SSE_HEARTBEAT = env_float("A2A_SSE_HEARTBEAT", 15.0)
+# A turn still running after this many seconds is considered lost (dead worker).
+A2A_TURN_LEASE = env_int("A2A_TURN_LEASE", 900)
+# A turn still queued after this many seconds is dispatched again by the sweeper.
+A2A_TURN_REDISPATCH_AFTER = env_int("A2A_TURN_REDISPATCH_AFTER", 30)
+A2A_CARD_MAX_AGE = env_int("A2A_CARD_MAX_AGE", 300)
+A2A_MAX_REQUEST_BYTES = env_int("A2A_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES
+# Dotted paths of extra AgentExecutor classes, as "name=package.module.Class".
+A2A_EXTRA_HANDLERS = env_list("A2A_EXTRA_HANDLERS")
+
+# --- Auth -----------------------------------------------------------------------
+OAUTH2_PROVIDER_APPLICATION_MODEL = "tenants.Application"
+OAUTH2_PROVIDER = {
+    "SCOPES": {
+        "a2a:invoke": "Send messages, stream and cancel tasks",
+        "a2a:read": "Read, list and subscribe to tasks",
+        "a2a:push": "Manage push notification configs",
+        "agents:manage": "Manage the tenant's agents and clients",
+    },
+    "DEFAULT_SCOPES": ["a2a:invoke", "a2a:read", "a2a:push"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_TOKEN_TTL", 3600),
+    "PKCE_REQUIRED": True,
+}
+LOGIN_URL = "/console/login/"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+# --- Security in production -----------------------------------------------------
+SESSION_COOKIE_SECURE = not DEBUG
+CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_HTTPONLY = True
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if not DEBUG else None
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# --- I18n, static ---------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- DRF ------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {"TITLE": "A2A Platform management API", "VERSION": "1.0.0"}
+
+# --- Logging --------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+        "kombu": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,13 @@
+from django.core.management.base import BaseCommand
+
+from a2a_platform.tenants.seed import seed_demo
+
+
+class Command(BaseCommand):
+    help = "Create the demo tenant, its agents and an admin user (idempotent)."
+
+    def handle(self, *args, **options):
+        result = seed_demo()
+        if result.admin_password:
+            self.stdout.write(f"Admin user 'admin' created, password: {result.admin_password}")
+        self.stdout.write(f"Demo tenant ready with agents: {', '.join(result.agents)}")

@@ -1,0 +1,103 @@
+import logging
+import threading
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from a2a_platform.tenants.seed import DEMO_AGENTS, seed_demo
+
+logger = logging.getLogger(__name__)
+
+
+def start_embedded_worker() -> None:
+    """Run Celery worker threads inside this process, fed by the in-memory broker."""
+    from celery.worker import WorkController
+
+    from a2a_platform.celery import app
+
+    worker = WorkController(
+        app=app,
+        pool="threads",
+        concurrency=settings.EMBEDDED_WORKER_THREADS,
+        hostname="embedded@localhost",
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+    )
+    threading.Thread(target=worker.start, name="embedded-celery", daemon=True).start()
+    threading.Thread(target=_sweep_forever, name="embedded-sweeper", daemon=True).start()
+
+
+def _sweep_forever() -> None:
+    from django.db import close_old_connections
+
+    from tasks_app.turns import turn_sweep
+
+    stop = threading.Event()
+    while not stop.wait(30):
+        try:
+            turn_sweep()
+        except Exception:
+            logger.exception("Turn sweep failed")
+        finally:
+            close_old_connections()
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed the demo tenant and serve the platform on Daphne."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-seed", action="store_true", help="Do not create the demo tenant")
+
+    def handle(self, *args, host, port, no_seed, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        admin_password = None
+        if not no_seed:
+            admin_password = seed_demo().admin_password
+        if settings.EMBEDDED_WORKER:
+            start_embedded_worker()
+        self._print_banner(host, port, admin_password, seeded=not no_seed)
+
+        from daphne.endpoints import build_endpoint_description_strings
+        from daphne.server import Server
+
+        from a2a_platform.asgi import application
+
+        Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(host=host, port=port),
+            application_close_timeout=30,
+            verbosity=0,
+        ).run()
+
+    def _print_banner(self, host: str, port: int, admin_password: str | None, seeded: bool) -> None:
+        shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        base = settings.PUBLIC_BASE_URL or f"http://{shown_host}:{port}"
+        mode = (
+            "embedded: SQLite, in-process worker"
+            if settings.EMBEDDED_WORKER
+            else "services: database from DATABASE_URL, Redis, separate Celery workers"
+        )
+        out = self.stdout
+        out.write(f"A2A platform serving on {base} ({mode})")
+        out.write(f"  Health:      {base}/healthz  {base}/readyz")
+        out.write(f"  Admin:       {base}/admin/")
+        if admin_password:
+            out.write(f"               user 'admin', password: {admin_password}  (shown once)")
+        if seeded:
+            for slug, _name, _handler, _visibility in DEMO_AGENTS:
+                out.write(f"  Agent {slug + ':':9}{base}/a2a/demo/{slug}/  (card: .well-known/agent-card.json)")
+            body = (
+                '{"jsonrpc":"2.0","id":"req-1","method":"SendMessage","params":{"message":'
+                '{"role":"ROLE_USER","messageId":"msg-1","parts":[{"text":"hi"}]}}}'
+            )
+            out.write("  Try it:")
+            out.write(
+                f"  curl -s -X POST {base}/a2a/demo/echo/ -H 'Content-Type: application/json' "
+                f"-H 'A2A-Version: 1.0' -d '{body}'"
+            )
+        self.stdout.flush()

@@ -1,0 +1,180 @@
+"""Durable A2A state: contexts, tasks, messages, artifacts and each task's event log.
+
+Parts, metadata and event payloads are stored in their ProtoJSON form, exactly
+as they go over the wire, so reading a task back needs no translation beyond
+wrapping the stored dicts.
+"""
+
+import uuid
+
+from django.db import models
+
+from a2a_platform.tenants.models import Tenant
+from agents.models import Agent
+
+
+class TaskState(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    WORKING = "working", "Working"
+    INPUT_REQUIRED = "input-required", "Input required"
+    AUTH_REQUIRED = "auth-required", "Auth required"
+    COMPLETED = "completed", "Completed"
+    CANCELED = "canceled", "Canceled"
+    FAILED = "failed", "Failed"
+    REJECTED = "rejected", "Rejected"
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED}
+)
+INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+
+class Context(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="contexts")
+    # Server-generated contexts get a UUID; a client may also bring its own id.
+    context_id = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "context_id"], name="context_tenant_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.context_id
+
+
+class Task(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tasks")
+    context = models.ForeignKey(Context, on_delete=models.CASCADE, related_name="tasks")
+    state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.SUBMITTED)
+    status_message = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status_timestamp = models.DateTimeField()
+    metadata = models.JSONField(default=dict, blank=True)
+    # Who created the task: "client:<client_id>", "user:<id>" or "anonymous".
+    owner = models.CharField(max_length=255, default="anonymous")
+    # Id chosen by a draft-dialect (tasks/send) client; 1.0 ids are always server-made.
+    client_task_id = models.CharField(max_length=255, null=True, blank=True)
+    # Sequence number of the last TaskEvent; the next event gets event_seq + 1.
+    event_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "agent", "-status_timestamp"], name="task_agent_recent_idx"),
+            models.Index(fields=["tenant", "context"], name="task_context_idx"),
+            models.Index(fields=["tenant", "state", "status_timestamp"], name="task_state_idx"),
+            models.Index(fields=["tenant", "-updated_at"], name="task_updated_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "client_task_id"],
+                condition=models.Q(client_task_id__isnull=False),
+                name="task_agent_client_id_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def is_interrupted(self) -> bool:
+        return self.state in INTERRUPTED_STATES
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user", "User"
+        AGENT = "agent", "Agent"
+
+    class Turn(models.TextChoices):
+        """Lifecycle of the agent turn a user message starts ('' for other messages)."""
+
+        NONE = "", "No turn"
+        PENDING = "pending", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="messages")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="messages")
+    context = models.ForeignKey(Context, on_delete=models.CASCADE, related_name="messages")
+    message_id = models.CharField(max_length=255)
+    role = models.CharField(max_length=10, choices=Role.choices)
+    parts = models.JSONField(default=list)
+    metadata = models.JSONField(default=dict, blank=True)
+    extensions = models.JSONField(default=list, blank=True)
+    reference_task_ids = models.JSONField(default=list, blank=True)
+    turn = models.CharField(max_length=10, choices=Turn.choices, default=Turn.NONE, blank=True)
+    turn_started_at = models.DateTimeField(null=True, blank=True)
+    # Who sent it, for user messages: same principal format as Task.owner.
+    sender = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "message_id"], name="message_tenant_id_unique")
+        ]
+        indexes = [
+            models.Index(fields=["task", "created_at"], name="message_task_idx"),
+            models.Index(fields=["turn", "created_at"], name="message_turn_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.message_id
+
+
+class Artifact(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    artifact_id = models.CharField(max_length=255)
+    name = models.CharField(max_length=255, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    parts = models.JSONField(default=list)
+    metadata = models.JSONField(default=dict, blank=True)
+    extensions = models.JSONField(default=list, blank=True)
+    # Chunked artifacts: how many chunks arrived, and whether lastChunk was seen.
+    chunk_count = models.PositiveIntegerField(default=1)
+    complete = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "artifact_id"], name="artifact_task_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.artifact_id
+
+
+class TaskEvent(models.Model):
+    """One entry of a task's append-only event log, replayed to late subscribers."""
+
+    class Kind(models.TextChoices):
+        TASK = "task", "Task"
+        STATUS = "status", "Status update"
+        ARTIFACT = "artifact", "Artifact update"
+        MESSAGE = "message", "Message"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    # The StreamResponse in 1.0 ProtoJSON, exactly as streamed.
+    payload = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "seq"], name="taskevent_task_seq_unique")]
+        ordering = ["task", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.seq} {self.kind}"

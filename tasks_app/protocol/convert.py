@@ -1,0 +1,112 @@
+"""The one place where stored rows become A2A 1.0 ProtoJSON and back.
+
+Rows keep parts and metadata in ProtoJSON already, so output is assembled as
+plain dicts (no protobuf round trip on the hot path); input is parsed and
+normalised through a2a-sdk's protobuf types.
+"""
+
+from datetime import datetime
+
+from a2a.types import a2a_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+
+from tasks_app.models import Artifact, Message, Task, TaskState
+
+STATE_TO_PROTO_NAME = {
+    TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
+    TaskState.WORKING: "TASK_STATE_WORKING",
+    TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    TaskState.AUTH_REQUIRED: "TASK_STATE_AUTH_REQUIRED",
+    TaskState.COMPLETED: "TASK_STATE_COMPLETED",
+    TaskState.CANCELED: "TASK_STATE_CANCELED",
+    TaskState.FAILED: "TASK_STATE_FAILED",
+    TaskState.REJECTED: "TASK_STATE_REJECTED",
+}
+PROTO_NAME_TO_STATE = {name: state for state, name in STATE_TO_PROTO_NAME.items()}
+PROTO_TO_STATE = {pb.TaskState.Value(name): state for name, state in PROTO_NAME_TO_STATE.items()}
+ROLE_TO_PROTO_NAME = {Message.Role.USER: "ROLE_USER", Message.Role.AGENT: "ROLE_AGENT"}
+
+
+def proto_to_dict(message) -> dict:
+    return MessageToDict(message, preserving_proto_field_name=False)
+
+
+def timestamp(value: datetime) -> str:
+    """ISO-8601 UTC with millisecond precision and a Z suffix, as ProtoJSON prints it."""
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def message_dict(message: Message, context_id: str) -> dict:
+    data = {
+        "messageId": message.message_id,
+        "contextId": context_id,
+        "role": ROLE_TO_PROTO_NAME[message.role],
+        "parts": message.parts,
+    }
+    if message.task_id:
+        data["taskId"] = str(message.task_id)
+    if message.metadata:
+        data["metadata"] = message.metadata
+    if message.extensions:
+        data["extensions"] = message.extensions
+    if message.reference_task_ids:
+        data["referenceTaskIds"] = message.reference_task_ids
+    return data
+
+
+def artifact_dict(artifact: Artifact) -> dict:
+    data = {"artifactId": artifact.artifact_id, "parts": artifact.parts}
+    if artifact.name:
+        data["name"] = artifact.name
+    if artifact.description:
+        data["description"] = artifact.description
+    if artifact.metadata:
+        data["metadata"] = artifact.metadata
+    if artifact.extensions:
+        data["extensions"] = artifact.extensions
+    return data
+
+
+def status_dict(task: Task) -> dict:
+    status = {
+        "state": STATE_TO_PROTO_NAME[task.state],
+        "timestamp": timestamp(task.status_timestamp),
+    }
+    if task.status_message is not None:
+        status["message"] = message_dict(task.status_message, task.context.context_id)
+    return status
+
+
+def task_dict(
+    task: Task,
+    *,
+    messages: list[Message] | None = None,
+    artifacts: list[Artifact] | None = None,
+    history_length: int | None = None,
+) -> dict:
+    """A Task in ProtoJSON.
+
+    history_length follows the spec: None = everything we keep, 0 = no history,
+    N = the N most recent messages. The current status message is not repeated
+    in the history.
+    """
+    context_id = task.context.context_id
+    data = {"id": str(task.id), "contextId": context_id, "status": status_dict(task)}
+    if artifacts:
+        data["artifacts"] = [artifact_dict(a) for a in artifacts]
+    if messages and history_length != 0:
+        history = [m for m in messages if m.pk != task.status_message_id]
+        if history_length is not None:
+            history = history[-history_length:]
+        if history:
+            data["history"] = [message_dict(m, context_id) for m in history]
+    if task.metadata:
+        data["metadata"] = task.metadata
+    return data
+
+
+def status_update_dict(task: Task, metadata: dict | None = None) -> dict:
+    event = {"taskId": str(task.id), "contextId": task.context.context_id, "status": status_dict(task)}
+    if metadata:
+        event["metadata"] = metadata
+    return event

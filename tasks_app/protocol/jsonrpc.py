@@ -1,0 +1,127 @@
+"""The JSON-RPC 2.0 binding at /a2a/<tenant>/<agent>/."""
+
+import json
+import logging
+
+from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InternalError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    VersionNotSupportedError,
+)
+from a2a.utils.proto_utils import validate_proto_required_fields
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from google.protobuf.json_format import ParseDict
+
+from agents.access import get_enabled_agent
+from tasks_app.access import Caller
+from tasks_app.protocol import operations
+from tasks_app.protocol.operations import Call
+from tasks_app.protocol.sse import last_event_id, sse_response
+
+logger = logging.getLogger(__name__)
+
+JSON_CONTENT_TYPES = {"application/json", "application/json-rpc", "application/jsonrequest"}
+
+
+def _is_json_content_type(content_type: str) -> bool:
+    return not content_type or content_type in JSON_CONTENT_TYPES or content_type.endswith("+json")
+
+
+def requested_version(request) -> str:
+    """The A2A-Version of a request: header, else query parameter; missing means 0.3."""
+    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
+    return value.strip() or "0.3"
+
+
+def check_version_1(request) -> None:
+    version = requested_version(request)
+    if version.split(".")[0] != "1":
+        hint = " (no A2A-Version header means 0.3)" if version == "0.3" else ""
+        raise VersionNotSupportedError(
+            message=f"A2A version '{version}'{hint} is not supported for this method; send 'A2A-Version: 1.0'"
+        )
+
+
+def error_response(request_id, error: A2AError, status: int = 200) -> JsonResponse:
+    return JsonResponse(build_error_response(request_id, error), status=status)
+
+
+def _request_id(body) -> str | int | None:
+    request_id = body.get("id") if isinstance(body, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
+        return None
+    return request_id
+
+
+def _envelope_error(body) -> InvalidRequestError | None:
+    if isinstance(body, list):
+        return InvalidRequestError(message="Batch requests are not supported")
+    if not isinstance(body, dict):
+        return InvalidRequestError(message="The request must be a JSON object")
+    if body.get("jsonrpc") != "2.0":
+        return InvalidRequestError(message="Invalid request: 'jsonrpc' must be exactly '2.0'")
+    if "id" in body and (isinstance(body["id"], bool) or not isinstance(body["id"], str | int | None)):
+        return InvalidRequestError(message="Invalid request: id must be a string, integer, or null")
+    if not isinstance(body.get("method"), str) or not body["method"]:
+        return InvalidRequestError(message="Invalid request: 'method' must be a non-empty string")
+    if "params" in body and not isinstance(body["params"], dict | None):
+        return InvalidRequestError(message="Invalid request: 'params' must be an object")
+    return None
+
+
+def parse_params(params: dict | None, request_type):
+    try:
+        parsed = ParseDict(params or {}, request_type(), ignore_unknown_fields=True)
+    except Exception as exc:  # protobuf raises ParseError and others
+        raise InvalidParamsError(message=f"Invalid params: {exc}") from None
+    validate_proto_required_fields(parsed)
+    return parsed
+
+
+@csrf_exempt
+async def jsonrpc_endpoint(request, tenant: str, agent: str):
+    if request.method != "POST":
+        response = error_response(None, InvalidRequestError(message="JSON-RPC requests are POSTed"), 405)
+        response["Allow"] = "POST"
+        return response
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return error_response(None, JSONParseError(message=f"Invalid JSON payload: {exc}"))
+    request_id = _request_id(body)
+    try:
+        if not _is_json_content_type(request.content_type):
+            raise ContentTypeNotSupportedError(
+                message=f"Content-Type '{request.content_type}' is not supported; send application/json"
+            )
+        envelope_error = _envelope_error(body)
+        if envelope_error:
+            raise envelope_error
+        found = await sync_to_async(get_enabled_agent)(tenant, agent)
+        if found is None:
+            return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
+        method = operations.METHODS.get(body["method"])
+        if method is None:
+            raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
+        request_type, operation, streaming = method
+        check_version_1(request)
+        params = parse_params(body.get("params"), request_type)
+        call = Call(caller=Caller(tenant=found.tenant, agent=found), last_event_id=last_event_id(request))
+        if streaming:
+            events = await operation(call, params)
+            return sse_response(events, lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload})
+        result = await operation(call, params)
+        return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+    except A2AError as error:
+        return error_response(request_id, error)
+    except Exception:
+        logger.exception("Unhandled error in JSON-RPC request %r", request_id)
+        return error_response(request_id, InternalError(message="Internal error"))

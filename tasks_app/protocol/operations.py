@@ -1,0 +1,112 @@
+"""A2A 1.0 operations, shared by every binding.
+
+Each takes the resolved Call and the parsed request proto. Unary operations
+return the result as ProtoJSON; streaming ones return an async iterator of
+(seq, StreamResponse dict) after all validation is done, so errors found before
+the first event still go back as a plain error response.
+"""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from asgiref.sync import sync_to_async
+
+from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.events import follow, payload_state, wait_until_settled
+from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
+from tasks_app.services import message_send, task_cancel, task_get, task_snapshot
+
+
+@dataclass
+class Call:
+    caller: Caller
+    # From the SSE Last-Event-ID header: resume the task's log after this seq.
+    last_event_id: int | None = None
+
+
+def _history_length(request) -> int | None:
+    holder = request.configuration if isinstance(request, pb.SendMessageRequest) else request
+    if not holder.HasField("history_length"):
+        return None
+    if holder.history_length < 0:
+        raise InvalidParamsError(message="historyLength must not be negative")
+    return holder.history_length
+
+
+def _check_tenant(call: Call, request) -> None:
+    tenant = getattr(request, "tenant", "")
+    if tenant and tenant != call.caller.tenant.slug:
+        raise InvalidParamsError(message=f"tenant '{tenant}' does not match this endpoint's tenant")
+
+
+async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
+    _check_tenant(call, request)
+    history_length = _history_length(request)
+    outcome = await sync_to_async(message_send)(call.caller, request)
+    if not request.configuration.return_immediately:
+        await wait_until_settled(outcome.task.pk)
+    return {"task": await sync_to_async(task_snapshot)(outcome.task.pk, history_length=history_length)}
+
+
+async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> AsyncIterator:
+    _check_tenant(call, request)
+    outcome = await sync_to_async(message_send)(call.caller, request)
+    if call.last_event_id is not None:
+        return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
+    if outcome.seq_before == 0 and not outcome.duplicate:
+        # A new task: its log starts with the Task itself, so the stream is the log.
+        return _stream(outcome.task.pk, after=0, snapshot=False)
+    return _stream(outcome.task.pk, after=None, snapshot=True)
+
+
+async def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
+    _check_tenant(call, request)
+    return await sync_to_async(task_get)(call.caller, request.id, history_length=_history_length(request))
+
+
+async def cancel_task(call: Call, request: pb.CancelTaskRequest) -> dict:
+    _check_tenant(call, request)
+    return await sync_to_async(task_cancel)(call.caller, request.id)
+
+
+async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> AsyncIterator:
+    _check_tenant(call, request)
+    task = await sync_to_async(get_task_for_caller)(call.caller, request.id)
+    if task is None:
+        raise TaskNotFoundError()
+    if call.last_event_id is not None:
+        return _stream(task.pk, after=call.last_event_id, snapshot=False)
+    if task.is_terminal:
+        raise UnsupportedOperationError(message=f"Task {task.id} is in a terminal state; nothing to subscribe to")
+    # A subscriber to a task waiting for input stays on until the task moves on.
+    return _stream(task.pk, after=None, snapshot=True, wait_past_interruption=True)
+
+
+def _snapshot_with_seq(task_pk) -> tuple[int, dict]:
+    seq = Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
+    return seq, {"task": task_snapshot(task_pk)}
+
+
+async def _stream(
+    task_pk, *, after: int | None, snapshot: bool, wait_past_interruption: bool = False
+) -> AsyncIterator:
+    if snapshot:
+        # The spec wants the current Task first; its id is the log position it reflects.
+        after, first = await sync_to_async(_snapshot_with_seq)(task_pk)
+        yield after, first
+        state = payload_state(first)
+        if state in TERMINAL_STATES or (state in INTERRUPTED_STATES and not wait_past_interruption):
+            return
+    async for item in follow(task_pk, after):
+        yield item
+
+
+METHODS = {
+    "SendMessage": (pb.SendMessageRequest, send_message, False),
+    "SendStreamingMessage": (pb.SendMessageRequest, send_streaming_message, True),
+    "GetTask": (pb.GetTaskRequest, get_task, False),
+    "CancelTask": (pb.CancelTaskRequest, cancel_task, False),
+    "SubscribeToTask": (pb.SubscribeToTaskRequest, subscribe_to_task, True),
+}

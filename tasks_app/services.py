@@ -1,0 +1,193 @@
+"""Binding-independent A2A operations. Every binding and the console call these.
+
+Each function validates first and writes second, inside one transaction, so bad
+input never leaves anything behind; work for the worker is enqueued only after
+the transaction commits.
+"""
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.events import event_append, publish
+from tasks_app.models import Context, Message, Task, TaskEvent, TaskState
+from tasks_app.protocol.convert import (
+    STATE_TO_PROTO_NAME,
+    proto_to_dict,
+    status_update_dict,
+    task_dict,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SendOutcome:
+    task: Task
+    # The last log entry before this message was accepted; streams resume after it.
+    seq_before: int
+    duplicate: bool = False
+
+
+def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
+    """Store a user message and queue the agent turn it starts.
+
+    A message without taskId creates a task (in its contextId, or a new
+    context); one with taskId continues an interrupted task. A messageId that
+    was already accepted on this agent answers with the task it started, which
+    makes retries safe.
+    """
+    message = request.message
+    if message.role != pb.ROLE_USER:
+        raise InvalidParamsError(message="message.role must be ROLE_USER")
+    with transaction.atomic():
+        previous = (
+            Message.objects.filter(tenant=caller.tenant, message_id=message.message_id)
+            .select_related("task")
+            .first()
+        )
+        if previous is not None:
+            return _resend_outcome(caller, previous)
+        if message.task_id:
+            task, seq_before = _continue_task(caller, message)
+        else:
+            task = _create_task(caller, message)
+            seq_before = 0
+    return SendOutcome(task=task, seq_before=seq_before)
+
+
+def _resend_outcome(caller: Caller, previous: Message) -> SendOutcome:
+    task = previous.task
+    if task is None or task.agent_id != caller.agent.id or previous.sender != caller.principal:
+        raise InvalidParamsError(message=f"messageId '{previous.message_id}' was already used")
+    return SendOutcome(task=task, seq_before=0, duplicate=True)
+
+
+def _create_task(caller: Caller, message: pb.Message) -> Task:
+    context_id = message.context_id or str(uuid.uuid4())
+    context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=context_id)
+    now = timezone.now()
+    task = Task.objects.create(
+        tenant=caller.tenant,
+        agent=caller.agent,
+        context=context,
+        state=TaskState.SUBMITTED,
+        status_timestamp=now,
+        owner=caller.principal,
+    )
+    user_message = _store_user_message(caller, task, message)
+    event_append(task, TaskEvent.Kind.TASK, {"task": task_dict(task, messages=[user_message])})
+    _dispatch_after_commit(task, user_message)
+    return task
+
+
+def _continue_task(caller: Caller, message: pb.Message) -> tuple[Task, int]:
+    task = get_task_for_caller(caller, message.task_id, for_update=True)
+    if task is None:
+        raise TaskNotFoundError(message=f"Task {message.task_id} not found")
+    if message.context_id and message.context_id != task.context.context_id:
+        raise InvalidParamsError(message="contextId does not match the task's context")
+    if task.is_terminal:
+        raise UnsupportedOperationError(
+            message=f"Task {task.id} is in terminal state: {STATE_TO_PROTO_NAME[task.state]}"
+        )
+    if not task.is_interrupted:
+        raise UnsupportedOperationError(
+            message=f"Task {task.id} is not waiting for input (state {STATE_TO_PROTO_NAME[task.state]})"
+        )
+    seq_before = task.event_seq
+    user_message = _store_user_message(caller, task, message)
+    # The answer is in: the task leaves the operator queues at once.
+    task.state = TaskState.SUBMITTED
+    task.status_message = None
+    task.status_timestamp = timezone.now()
+    task.save(update_fields=["state", "status_message", "status_timestamp", "updated_at"])
+    event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})
+    _dispatch_after_commit(task, user_message)
+    return task, seq_before
+
+
+def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Message:
+    data = proto_to_dict(message)
+    try:
+        with transaction.atomic():
+            return Message.objects.create(
+                tenant=caller.tenant,
+                task=task,
+                context=task.context,
+                message_id=message.message_id,
+                role=Message.Role.USER,
+                parts=data.get("parts", []),
+                metadata=data.get("metadata", {}),
+                extensions=data.get("extensions", []),
+                reference_task_ids=list(message.reference_task_ids),
+                turn=Message.Turn.PENDING,
+                sender=caller.principal,
+            )
+    except IntegrityError:
+        # Two requests raced with the same messageId; the other one won.
+        raise InvalidParamsError(message=f"messageId '{message.message_id}' was already used") from None
+
+
+def _dispatch_after_commit(task: Task, message: Message) -> None:
+    transaction.on_commit(lambda: turn_dispatch(task.pk, message.pk))
+
+
+def turn_dispatch(task_pk, message_pk: int) -> None:
+    """Hand a stored turn to the workers. A broker failure only delays it: the sweeper retries."""
+    from tasks_app.tasks import run_turn
+
+    try:
+        run_turn.delay(str(task_pk), message_pk)
+    except Exception:
+        logger.exception("Could not enqueue turn %s of task %s; the sweeper will retry", message_pk, task_pk)
+
+
+def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
+    """The stored task as ProtoJSON, read in three queries."""
+    task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
+    messages = list(task.messages.order_by("created_at", "pk")) if history_length != 0 else []
+    artifacts = list(task.artifacts.order_by("created_at", "pk")) if include_artifacts else []
+    return task_dict(task, messages=messages, artifacts=artifacts, history_length=history_length)
+
+
+def task_get(caller: Caller, task_id: str, *, history_length: int | None = None) -> dict:
+    task = get_task_for_caller(caller, task_id)
+    if task is None:
+        raise TaskNotFoundError()
+    return task_snapshot(task.pk, history_length=history_length)
+
+
+def task_cancel(caller: Caller, task_id: str) -> dict:
+    """Cancel a task now, whatever its worker is doing.
+
+    The CANCELED state is stored and announced here; a worker still running the
+    turn sees it and stops, and anything it emits afterwards is discarded.
+    """
+    with transaction.atomic():
+        task = get_task_for_caller(caller, task_id, for_update=True)
+        if task is None:
+            raise TaskNotFoundError()
+        if task.is_terminal:
+            raise TaskNotCancelableError(
+                message=f"Task {task.id} cannot be canceled: it is {STATE_TO_PROTO_NAME[task.state]}"
+            )
+        task.state = TaskState.CANCELED
+        task.status_message = None
+        task.status_timestamp = timezone.now()
+        task.save(update_fields=["state", "status_message", "status_timestamp", "updated_at"])
+        event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})
+        task_pk = task.pk
+        transaction.on_commit(lambda: publish(task_pk, {"type": "task.cancel"}))
+    return task_snapshot(task_pk)

@@ -151,6 +151,8 @@ else:
     CELERY_BROKER_URL = "memory://localhost/"
     # The in-memory transport polls; keep the poll short so turns start at once.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}
+# One queue name per deployment, so two platforms can share a Redis without eating each other's turns.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "a2a-turns")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -226,7 +228,6 @@ LOGGING = {
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
-        "celery": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},
     },
 }

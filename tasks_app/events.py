@@ -58,9 +58,7 @@ def closes_stream(payload: dict) -> bool:
 
 def events_after(task_pk, seq: int) -> list[tuple[int, dict]]:
     return list(
-        TaskEvent.objects.filter(task_id=task_pk, seq__gt=seq)
-        .order_by("seq")
-        .values_list("seq", "payload")
+        TaskEvent.objects.filter(task_id=task_pk, seq__gt=seq).order_by("seq").values_list("seq", "payload")
     )
 
 

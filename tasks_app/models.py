@@ -24,9 +24,7 @@ class TaskState(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
-TERMINAL_STATES = frozenset(
-    {TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED}
-)
+TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.REJECTED})
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
 
 
@@ -59,7 +57,8 @@ class Task(models.Model):
     # Who created the task: "client:<client_id>", "user:<id>" or "anonymous".
     owner = models.CharField(max_length=255, default="anonymous")
     # Id chosen by a draft-dialect (tasks/send) client; 1.0 ids are always server-made.
-    client_task_id = models.CharField(max_length=255, null=True, blank=True)
+    # NULL, not "", so the unique constraint ignores tasks without one.
+    client_task_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # Sequence number of the last TaskEvent; the next event gets event_seq + 1.
     event_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

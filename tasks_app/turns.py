@@ -25,8 +25,13 @@ from google.protobuf.json_format import ParseDict
 
 from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app.events import Subscription, event_append
-from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
-from tasks_app.protocol.convert import PROTO_TO_STATE, message_dict, proto_to_dict, status_update_dict
+from tasks_app.models import Artifact, Message, Task, TaskEvent
+from tasks_app.protocol.convert import (
+    PROTO_TO_STATE,
+    message_dict,
+    proto_to_dict,
+    status_update_dict,
+)
 from tasks_app.services import task_snapshot, turn_dispatch
 
 logger = logging.getLogger(__name__)
@@ -153,7 +158,11 @@ def _is_terminal(task_pk) -> bool:
 
 
 def _locked_task(task_pk) -> Task:
-    return Task.objects.select_for_update(of=("self",)).select_related("context", "status_message").get(pk=task_pk)
+    return (
+        Task.objects.select_for_update(of=("self",))
+        .select_related("context", "status_message")
+        .get(pk=task_pk)
+    )
 
 
 def event_apply(task_pk, event) -> bool:
@@ -164,7 +173,11 @@ def event_apply(task_pk, event) -> bool:
             return False
         if isinstance(event, pb.TaskStatusUpdateEvent):
             _check_task_id(task, event.task_id)
-            _apply_status(task, event.status, proto_to_dict(event.metadata) if event.HasField("metadata") else None)
+            _apply_status(
+                task,
+                event.status,
+                proto_to_dict(event.metadata) if event.HasField("metadata") else None,
+            )
         elif isinstance(event, pb.TaskArtifactUpdateEvent):
             _check_task_id(task, event.task_id)
             _apply_artifact(task, event)
@@ -271,14 +284,16 @@ def turn_sweep() -> dict:
     """Re-dispatch turns a broker outage left queued; fail turns a dead worker left running."""
     now = timezone.now()
     stale_queued = Message.objects.filter(
-        turn=Message.Turn.PENDING, created_at__lt=now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER)
+        turn=Message.Turn.PENDING,
+        created_at__lt=now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER),
     ).values_list("pk", "task_id")
     redispatched = 0
     for message_pk, task_pk in stale_queued:
         turn_dispatch(task_pk, message_pk)
         redispatched += 1
     lost = Message.objects.filter(
-        turn=Message.Turn.RUNNING, turn_started_at__lt=now - timedelta(seconds=settings.A2A_TURN_LEASE)
+        turn=Message.Turn.RUNNING,
+        turn_started_at__lt=now - timedelta(seconds=settings.A2A_TURN_LEASE),
     ).values_list("pk", "task_id")
     failed = 0
     for message_pk, task_pk in lost:

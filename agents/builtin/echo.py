@@ -25,7 +25,12 @@ class EchoAgentExecutor(AgentExecutor):
         await updater.update_status(TaskState.TASK_STATE_WORKING, new_text_message("Processing request..."))
         text = context.get_user_input()
         await updater.add_artifact(
-            [new_text_part(text=f"Hello, World! I have received your request ({text})", media_type="text/plain")],
+            [
+                new_text_part(
+                    text=f"Hello, World! I have received your request ({text})",
+                    media_type="text/plain",
+                )
+            ],
             name="echo",
         )
         await updater.update_status(TaskState.TASK_STATE_COMPLETED, new_text_message("Request is completed!"))

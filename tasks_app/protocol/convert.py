@@ -106,7 +106,11 @@ def task_dict(
 
 
 def status_update_dict(task: Task, metadata: dict | None = None) -> dict:
-    event = {"taskId": str(task.id), "contextId": task.context.context_id, "status": status_dict(task)}
+    event = {
+        "taskId": str(task.id),
+        "contextId": task.context.context_id,
+        "status": status_dict(task),
+    }
     if metadata:
         event["metadata"] = metadata
     return event

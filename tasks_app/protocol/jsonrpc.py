@@ -3,7 +3,6 @@
 import json
 import logging
 
-from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -23,6 +22,7 @@ from google.protobuf.json_format import ParseDict
 from agents.access import get_enabled_agent
 from tasks_app.access import Caller
 from tasks_app.protocol import operations
+from tasks_app.protocol.errors import jsonrpc_error
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
 
@@ -51,7 +51,7 @@ def check_version_1(request) -> None:
 
 
 def error_response(request_id, error: A2AError, status: int = 200) -> JsonResponse:
-    return JsonResponse(build_error_response(request_id, error), status=status)
+    return JsonResponse({"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}, status=status)
 
 
 def _request_id(body) -> str | int | None:
@@ -117,7 +117,9 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         call = Call(caller=Caller(tenant=found.tenant, agent=found), last_event_id=last_event_id(request))
         if streaming:
             events = await operation(call, params)
-            return sse_response(events, lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload})
+            return sse_response(
+                events, lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload}
+            )
         result = await operation(call, params)
         return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
     except A2AError as error:

@@ -79,7 +79,9 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
     if call.last_event_id is not None:
         return _stream(task.pk, after=call.last_event_id, snapshot=False)
     if task.is_terminal:
-        raise UnsupportedOperationError(message=f"Task {task.id} is in a terminal state; nothing to subscribe to")
+        raise UnsupportedOperationError(
+            message=f"Task {task.id} is in a terminal state; nothing to subscribe to"
+        )
     # A subscriber to a task waiting for input stays on until the task moves on.
     return _stream(task.pk, after=None, snapshot=True, wait_past_interruption=True)
 

@@ -18,7 +18,9 @@ def last_event_id(request) -> int | None:
 
 
 def sse_response(
-    events: AsyncIterator, frame: Callable[[dict], dict], event_name: Callable[[dict], str | None] = None
+    events: AsyncIterator,
+    frame: Callable[[dict], dict],
+    event_name: Callable[[dict], str | None] = None,
 ) -> StreamingHttpResponse:
     """Stream (seq, payload) items as SSE, with the seq as the event id.
 

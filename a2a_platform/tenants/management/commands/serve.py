@@ -90,7 +90,9 @@ class Command(BaseCommand):
             out.write(f"               user 'admin', password: {admin_password}  (shown once)")
         if seeded:
             for slug, _name, _handler, _visibility in DEMO_AGENTS:
-                out.write(f"  Agent {slug + ':':9}{base}/a2a/demo/{slug}/  (card: .well-known/agent-card.json)")
+                out.write(
+                    f"  Agent {slug + ':':9}{base}/a2a/demo/{slug}/  (card: .well-known/agent-card.json)"
+                )
             body = (
                 '{"jsonrpc":"2.0","id":"req-1","method":"SendMessage","params":{"message":'
                 '{"role":"ROLE_USER","messageId":"msg-1","parts":[{"text":"hi"}]}}}'

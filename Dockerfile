@@ -1,0 +1,11 @@
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md manage.py ./
+COPY a2a_platform a2a_platform
+COPY agents agents
+COPY tasks_app tasks_app
+COPY templates templates
+RUN pip install --no-cache-dir .
+ENV DEBUG=false
+EXPOSE 8000
+CMD ["python", "-m", "daphne", "-b", "0.0.0.0", "-p", "8000", "a2a_platform.asgi:application"]

@@ -1,0 +1,38 @@
+# The two commands of the README:
+#   make run   installs and serves the platform on its embedded default
+#   make test  installs and runs the whole test suite (lint, migrations check, pytest)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install lint worker bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+test: lint
+	$(PY) -m pytest
+
+worker: install
+	$(PY) -m celery -A a2a_platform worker --pool threads --concurrency 8 --beat --loglevel INFO
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf var test-artifacts .pytest_cache .ruff_cache

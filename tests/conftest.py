@@ -1,0 +1,113 @@
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.live import ROOT, Platform, start_web, start_worker
+
+SERVICES_MODE = bool(os.environ.get("REDIS_URL"))
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def log_dir() -> Path:
+    path = ARTIFACTS / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker):
+    """A test database for the whole session, shared with the server processes.
+
+    pytest-django only creates one for tests marked django_db; ours talk to a
+    live server instead and read what it committed, so ask for it directly.
+    """
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+    yield
+    with django_db_blocker.unblock():
+        from django.db import connection
+
+        if connection.vendor == "postgresql":
+            # Async tests read through sync_to_async threads with their own connections.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        teardown_databases(config, verbosity=0)
+
+
+@pytest.fixture(scope="session")
+def stored(django_db_setup, django_db_blocker):
+    """Session-wide database access in autocommit, so tests see what the server committed."""
+    from a2a_platform.tenants.seed import seed_demo
+
+    with django_db_blocker.unblock():
+        seed_demo()
+        yield
+
+
+@pytest.fixture(scope="session")
+def db_settings(stored) -> dict:
+    from django.db import connection
+
+    return dict(connection.settings_dict)
+
+
+@pytest.fixture(scope="session")
+def server(db_settings, log_dir) -> Platform:
+    """The platform under test, in its own processes, on the test database."""
+    worker = start_worker(db_settings, log_dir) if SERVICES_MODE else None
+    try:
+        server = start_web(db_settings, log_dir)
+    except BaseException:
+        if worker:
+            worker.popen.kill()
+        raise
+    if worker:
+        server.processes.append(worker)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rpc(server):
+    """POST one JSON-RPC call to an agent and return the decoded response."""
+
+    def call(
+        method: str,
+        params: dict | None = None,
+        *,
+        agent: str = "echo",
+        tenant: str = "demo",
+        version: str | None = "1.0",
+        request_id="req-1",
+        headers: dict | None = None,
+    ) -> dict:
+        body = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            body["params"] = params
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if version:
+            sent["A2A-Version"] = version
+        response = httpx.post(server.agent_url(agent, tenant), json=body, headers=sent, timeout=30)
+        assert response.headers["content-type"].startswith("application/json"), response.text
+        return response.json()
+
+    return call
+
+
+def user_message(text: str, message_id: str, **fields) -> dict:
+    return {
+        "message": {
+            "role": "ROLE_USER",
+            "messageId": message_id,
+            "parts": [{"text": text}],
+            **fields,
+        }
+    }

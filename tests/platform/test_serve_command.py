@@ -1,0 +1,90 @@
+"""The README's run command on a fresh machine: `manage.py serve` on the embedded default."""
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.live import ROOT, free_port
+
+
+def _serve(var_dir, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH"}}
+    env["A2A_VAR_DIR"] = str(var_dir)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _banner(process: subprocess.Popen) -> str:
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.strip().startswith("curl "):
+            return "".join(lines)
+    process.kill()
+    raise AssertionError("serve printed no curl example:\n" + "".join(lines))
+
+
+def _wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise AssertionError("server never became ready")
+
+
+def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_path):
+    port = free_port()
+    first = _serve(tmp_path, port)
+    try:
+        banner = _banner(first)
+        _wait_ready(port)
+        assert f"http://127.0.0.1:{port}/a2a/demo/echo/.well-known/agent-card.json" in banner.replace(
+            "  (card: .well-known/agent-card.json)", ".well-known/agent-card.json"
+        )
+        assert re.search(r"password: \S+", banner)
+        curl = next(line.strip() for line in banner.splitlines() if line.strip().startswith("curl "))
+        answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60).stdout
+        assert '"state": "TASK_STATE_COMPLETED"' in answer
+        assert "Hello, World! I have received your request (hi)" in answer
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
+        assert health == {"status": "ok"}
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz").json()
+        assert ready == {"status": "ok", "database": "ok", "broker": "ok"}
+    finally:
+        first.terminate()
+        first.wait(timeout=15)
+
+    second = _serve(tmp_path, port)
+    try:
+        banner = _banner(second)
+        assert "password" not in banner
+        _wait_ready(port)
+    finally:
+        second.terminate()
+        second.wait(timeout=15)
+    with sqlite3.connect(tmp_path / "db.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM tenants_tenant").fetchone() == (1,)
+        assert db.execute("SELECT count(*) FROM agents_agent").fetchone()[0] == len(
+            db.execute("SELECT DISTINCT slug FROM agents_agent").fetchall()
+        )
+        assert db.execute("SELECT count(*) FROM auth_user").fetchone() == (1,)
+        # The task the printed curl created is still there after the restart.
+        assert db.execute("SELECT count(*) FROM tasks_app_task").fetchone() == (1,)

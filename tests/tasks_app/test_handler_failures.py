@@ -1,0 +1,42 @@
+import uuid
+
+from a2a_platform.tenants.models import Tenant
+from agents.models import Agent
+from tests.conftest import user_message
+
+
+def _agent(slug: str, handler: str) -> None:
+    Agent.objects.get_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug=slug,
+        defaults={"name": slug, "handler": handler},
+    )
+
+
+def test_a_crashing_handler_fails_the_task_with_a_readable_message(rpc, stored):
+    _agent("crashy", "crash")
+    task = rpc("SendMessage", user_message("boom", f"crash-{uuid.uuid4()}"), agent="crashy")["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    text = task["status"]["message"]["parts"][0]["text"]
+    assert "ValueError" in text and "the model returned nonsense" in text
+    # The server keeps serving.
+    after = rpc("SendMessage", user_message("still there?", f"after-crash-{uuid.uuid4()}"))["result"]["task"]
+    assert after["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_handler_that_stops_without_a_final_state_fails_the_task(rpc, stored):
+    _agent("silent", "silent")
+    task = rpc("SendMessage", user_message("hello?", f"silent-{uuid.uuid4()}"), agent="silent")["result"][
+        "task"
+    ]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert "without reaching a final state" in task["status"]["message"]["parts"][0]["text"]
+
+
+def test_an_unknown_handler_fails_the_task(rpc, stored):
+    _agent("ghost", "no-such-handler")
+    task = rpc("SendMessage", user_message("anyone?", f"ghost-{uuid.uuid4()}"), agent="ghost")["result"][
+        "task"
+    ]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert "no-such-handler" in task["status"]["message"]["parts"][0]["text"]

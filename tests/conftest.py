@@ -24,14 +24,19 @@ def django_db_setup(django_test_environment, django_db_blocker):
     pytest-django only creates one for tests marked django_db; ours talk to a
     live server instead and read what it committed, so ask for it directly.
     """
+    from django.db import connection
     from django.test.utils import setup_databases, teardown_databases
 
+    # A database of this session's own, so several test runs can share a machine.
+    test_settings = connection.settings_dict.setdefault("TEST", {})
+    if connection.vendor == "sqlite":
+        test_settings["NAME"] = str(ROOT / "var" / f"test-{os.getpid()}.sqlite3")
+    else:
+        test_settings["NAME"] = f"test_{connection.settings_dict['NAME']}_{os.getpid()}"
     with django_db_blocker.unblock():
         config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
     yield
     with django_db_blocker.unblock():
-        from django.db import connection
-
         if connection.vendor == "postgresql":
             # Async tests read through sync_to_async threads with their own connections.
             with connection.cursor() as cursor:

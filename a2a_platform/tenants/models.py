@@ -51,3 +51,23 @@ class Application(AbstractApplication):
 
     class Meta(AbstractApplication.Meta):
         swappable = "OAUTH2_PROVIDER_APPLICATION_MODEL"
+
+
+class AuditEvent(models.Model):
+    """Who did what to which object of a tenant, and when. Written by services only."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    # "user:<username>", "client:<client_id>" or "system".
+    actor = models.CharField(max_length=255)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=255)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="audit_tenant_recent_idx")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.target_type}:{self.target_id}"

@@ -20,8 +20,8 @@ from django.views.decorators.csrf import csrf_exempt
 from google.protobuf.json_format import ParseDict
 
 from agents.access import get_enabled_agent
-from tasks_app.access import Caller
-from tasks_app.protocol import operations
+from tasks_app.protocol import legacy, operations
+from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.errors import jsonrpc_error
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
@@ -108,13 +108,25 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         found = await sync_to_async(get_enabled_agent)(tenant, agent)
         if found is None:
             return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
+        if body["method"] in legacy.LEGACY_METHODS:
+            return await legacy.dispatch(request, body, found, request_id)
         method = operations.METHODS.get(body["method"])
         if method is None:
             raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
         request_type, operation, streaming = method
         check_version_1(request)
         params = parse_params(body.get("params"), request_type)
-        call = Call(caller=Caller(tenant=found.tenant, agent=found), last_event_id=last_event_id(request))
+        try:
+            caller = await sync_to_async(resolve_caller)(request, found, body["method"])
+        except CallerUnauthenticated as exc:
+            response = error_response(request_id, InvalidRequestError(message=exc.message), 401)
+            response["WWW-Authenticate"] = www_authenticate(found, "invalid_token")
+            return response
+        except CallerForbidden as exc:
+            response = error_response(request_id, InvalidRequestError(message=exc.message), 403)
+            response["WWW-Authenticate"] = www_authenticate(found, "insufficient_scope")
+            return response
+        call = Call(caller=caller, last_event_id=last_event_id(request))
         if streaming:
             events = await operation(call, params)
             return sse_response(

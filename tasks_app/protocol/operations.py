@@ -112,3 +112,8 @@ METHODS = {
     "CancelTask": (pb.CancelTaskRequest, cancel_task, False),
     "SubscribeToTask": (pb.SubscribeToTaskRequest, subscribe_to_task, True),
 }
+
+# Push-config operations live in their own module.
+from tasks_app.protocol.push_operations import PUSH_METHODS  # noqa: E402
+
+METHODS.update(PUSH_METHODS)

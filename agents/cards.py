@@ -11,6 +11,11 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from agents.models import Agent
 from agents.registry import handler_defaults
 
+OAUTH_SCHEME = "oauth2"
+OAUTH_INTERACTIVE_SCHEME = "oauth2-interactive"
+# Skills marked this way in Agent.skills appear only on the extended card.
+EXTENDED_ONLY = "extendedOnly"
+
 
 def public_base_url(request) -> str:
     """PUBLIC_BASE_URL if set, else the scheme, host and port the request came to."""
@@ -21,30 +26,86 @@ def agent_url(agent: Agent, base_url: str) -> str:
     return f"{base_url}/a2a/{agent.tenant.slug}/{agent.slug}/"
 
 
-def _skills(agent: Agent) -> list[dict]:
+def _skills(agent: Agent, extended: bool) -> list[dict]:
     skills = agent.skills or handler_defaults(agent.handler)["skills"]
-    # A skill's tags are REQUIRED and must not be empty in the proto.
-    return [{**skill, "tags": skill.get("tags") or [skill.get("id", "skill")]} for skill in skills]
+    shown = []
+    for skill in skills:
+        if skill.get(EXTENDED_ONLY) and not extended:
+            continue
+        skill = {key: value for key, value in skill.items() if key != EXTENDED_ONLY}
+        # A skill's tags are REQUIRED and must not be empty in the proto.
+        skill["tags"] = skill.get("tags") or [skill.get("id", "skill")]
+        shown.append(skill)
+    return shown
 
 
-def card_dict(agent: Agent, base_url: str) -> dict:
+def _security(base_url: str) -> tuple[dict, list[dict]]:
+    scopes = settings.OAUTH2_PROVIDER["SCOPES"]
+    a2a_scopes = {name: text for name, text in scopes.items() if name.startswith("a2a:")}
+    schemes = {
+        OAUTH_SCHEME: {
+            "oauth2SecurityScheme": {
+                "description": "OAuth2 client credentials of a client of this agent's tenant",
+                "flows": {"clientCredentials": {"tokenUrl": f"{base_url}/o/token/", "scopes": a2a_scopes}},
+            }
+        },
+        OAUTH_INTERACTIVE_SCHEME: {
+            "oauth2SecurityScheme": {
+                "description": "OAuth2 authorization code with PKCE, for interactive clients",
+                "flows": {
+                    "authorizationCode": {
+                        "authorizationUrl": f"{base_url}/o/authorize/",
+                        "tokenUrl": f"{base_url}/o/token/",
+                        "scopes": a2a_scopes,
+                        "pkceRequired": True,
+                    }
+                },
+            }
+        },
+    }
+    # Either scheme will do: each requirement entry is an alternative.
+    requirements = [
+        {"schemes": {OAUTH_SCHEME: {"list": ["a2a:invoke"]}}},
+        {"schemes": {OAUTH_INTERACTIVE_SCHEME: {"list": ["a2a:invoke"]}}},
+    ]
+    return schemes, requirements
+
+
+def card_dict(agent: Agent, base_url: str, *, extended: bool = False) -> dict:
+    """The agent's card in 1.0 ProtoJSON plus the 0.3 top-level fields older clients read."""
     url = agent_url(agent, base_url)
+    tenant = agent.tenant.slug
     description = agent.description or handler_defaults(agent.handler)["description"] or agent.name
     card = {
         "name": agent.name,
         "description": description,
+        # JSON-RPC first: it is the preferred interface. 1.0 clients send `tenant` on every call.
         "supportedInterfaces": [
-            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0", "tenant": tenant},
+            {"url": url + "rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0", "tenant": tenant},
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
         "provider": {"organization": agent.tenant.name, "url": base_url},
         "version": agent.version,
-        "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": True,
+            # Only an authenticated agent has callers who can be shown more.
+            "extendedAgentCard": not agent.is_public,
+        },
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
-        "skills": _skills(agent),
+        "skills": _skills(agent, extended),
     }
+    if not agent.is_public:
+        card["securitySchemes"], card["securityRequirements"] = _security(base_url)
     # Round trip through the SDK type: a card we cannot parse must never be served.
-    return MessageToDict(ParseDict(card, pb.AgentCard()), preserving_proto_field_name=False)
+    served = MessageToDict(ParseDict(card, pb.AgentCard()), preserving_proto_field_name=False)
+    # What 0.3 clients read (as a2a-sdk's own card serializer adds them).
+    served.update({"url": url, "preferredTransport": "JSONRPC", "protocolVersion": "0.3"})
+    if not agent.is_public:
+        served["supportsAuthenticatedExtendedCard"] = True
+    return served
 
 
 def card_cache_headers(card: dict, agent: Agent) -> dict[str, str]:

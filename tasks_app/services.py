@@ -5,9 +5,12 @@ input never leaves anything behind; work for the worker is enqueued only after
 the transaction commits.
 """
 
+import base64
+import json
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
@@ -17,11 +20,13 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from django.db import IntegrityError, transaction
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
-from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.access import Caller, get_task_for_caller, tasks_visible_to
 from tasks_app.events import event_append, publish
-from tasks_app.models import Context, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Artifact, Context, Message, Task, TaskEvent, TaskState
+from tasks_app.push import PushConfigInput, push_config_clean, push_config_save
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
@@ -51,6 +56,11 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
     message = request.message
     if message.role != pb.ROLE_USER:
         raise InvalidParamsError(message="message.role must be ROLE_USER")
+    # An inline push config is checked before anything is stored; its URL check
+    # resolves DNS, which must not happen inside the transaction.
+    push_config = None
+    if request.configuration.HasField("task_push_notification_config"):
+        push_config = push_config_clean(request.configuration.task_push_notification_config)
     with transaction.atomic():
         previous = (
             Message.objects.filter(tenant=caller.tenant, message_id=message.message_id)
@@ -60,9 +70,9 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
         if previous is not None:
             return _resend_outcome(caller, previous)
         if message.task_id:
-            task, seq_before = _continue_task(caller, message)
+            task, seq_before = _continue_task(caller, message, push_config)
         else:
-            task = _create_task(caller, message)
+            task = _create_task(caller, message, push_config)
             seq_before = 0
     return SendOutcome(task=task, seq_before=seq_before)
 
@@ -74,7 +84,7 @@ def _resend_outcome(caller: Caller, previous: Message) -> SendOutcome:
     return SendOutcome(task=task, seq_before=0, duplicate=True)
 
 
-def _create_task(caller: Caller, message: pb.Message) -> Task:
+def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None) -> Task:
     context_id = message.context_id or str(uuid.uuid4())
     context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=context_id)
     now = timezone.now()
@@ -86,13 +96,18 @@ def _create_task(caller: Caller, message: pb.Message) -> Task:
         status_timestamp=now,
         owner=caller.principal,
     )
+    if push_config is not None:
+        # Stored before the first event, so the webhook gets the Task itself too.
+        push_config_save(task, push_config)
     user_message = _store_user_message(caller, task, message)
     event_append(task, TaskEvent.Kind.TASK, {"task": task_dict(task, messages=[user_message])})
     _dispatch_after_commit(task, user_message)
     return task
 
 
-def _continue_task(caller: Caller, message: pb.Message) -> tuple[Task, int]:
+def _continue_task(
+    caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None
+) -> tuple[Task, int]:
     task = get_task_for_caller(caller, message.task_id, for_update=True)
     if task is None:
         raise TaskNotFoundError(message=f"Task {message.task_id} not found")
@@ -107,6 +122,9 @@ def _continue_task(caller: Caller, message: pb.Message) -> tuple[Task, int]:
             message=f"Task {task.id} is not waiting for input (state {STATE_TO_PROTO_NAME[task.state]})"
         )
     seq_before = task.event_seq
+    if push_config is not None:
+        # A config sent with a follow-up message covers the task from this turn on.
+        push_config_save(task, push_config)
     user_message = _store_user_message(caller, task, message)
     # The answer is in: the task leaves the operator queues at once.
     task.state = TaskState.SUBMITTED
@@ -191,3 +209,68 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         task_pk = task.pk
         transaction.on_commit(lambda: publish(task_pk, {"type": "task.cancel"}))
     return task_snapshot(task_pk)
+
+
+def _page_token(task: Task) -> str:
+    raw = json.dumps({"ts": task.status_timestamp.isoformat(), "id": str(task.pk)})
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return datetime.fromisoformat(data["ts"]), uuid.UUID(data["id"])
+    except (ValueError, KeyError, TypeError):
+        raise InvalidParamsError(message="pageToken is not one this server issued") from None
+
+
+def task_list(
+    caller: Caller,
+    *,
+    context_id: str = "",
+    state: str | None = None,
+    status_after: datetime | None = None,
+    page_size: int = 50,
+    page_token: str = "",
+    history_length: int | None = None,
+    include_artifacts: bool = False,
+) -> dict:
+    """ListTasks: the caller's tasks, newest status first, in keyset pages.
+
+    A fixed number of queries whatever the page size: count, page, and one
+    prefetch each for messages and artifacts.
+    """
+    tasks = tasks_visible_to(caller)
+    if context_id:
+        tasks = tasks.filter(context__context_id=context_id)
+    if state:
+        tasks = tasks.filter(state=state)
+    if status_after:
+        tasks = tasks.filter(status_timestamp__gte=status_after)
+    total = tasks.count()
+    if page_token:
+        after_ts, after_id = _parse_page_token(page_token)
+        tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))
+    tasks = tasks.select_related("context", "status_message").order_by("-status_timestamp", "-pk")
+    prefetch = []
+    if history_length != 0:
+        prefetch.append(Prefetch("messages", queryset=Message.objects.order_by("created_at", "pk")))
+    if include_artifacts:
+        prefetch.append(Prefetch("artifacts", queryset=Artifact.objects.order_by("created_at", "pk")))
+    page = list(tasks.prefetch_related(*prefetch)[: page_size + 1])
+    more = len(page) > page_size
+    page = page[:page_size]
+    return {
+        "tasks": [
+            task_dict(
+                task,
+                messages=list(task.messages.all()) if history_length != 0 else None,
+                artifacts=list(task.artifacts.all()) if include_artifacts else None,
+                history_length=history_length,
+            )
+            for task in page
+        ],
+        "nextPageToken": _page_token(page[-1]) if more else "",
+        "pageSize": page_size,
+        "totalSize": total,
+    }

@@ -12,7 +12,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 @pytest.fixture(scope="session")
 def log_dir() -> Path:
-    path = ARTIFACTS / "logs"
+    path = ARTIFACTS / "logs" / str(os.getpid())
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -20,6 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from google.protobuf.json_format import ParseDict
 
 from agents.access import get_enabled_agent
+from agents.cards import public_base_url
 from tasks_app.protocol import legacy, operations
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.errors import jsonrpc_error
@@ -126,7 +127,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             response = error_response(request_id, InvalidRequestError(message=exc.message), 403)
             response["WWW-Authenticate"] = www_authenticate(found, "insufficient_scope")
             return response
-        call = Call(caller=caller, last_event_id=last_event_id(request))
+        call = Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
         if streaming:
             events = await operation(call, params)
             return sse_response(

@@ -8,15 +8,18 @@ the first event still go back as a plain error response.
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
 
+from agents.cards import card_dict
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.events import follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
-from tasks_app.services import message_send, task_cancel, task_get, task_snapshot
+from tasks_app.protocol.convert import PROTO_TO_STATE
+from tasks_app.services import message_send, task_cancel, task_get, task_list, task_snapshot
 
 
 @dataclass
@@ -24,6 +27,8 @@ class Call:
     caller: Caller
     # From the SSE Last-Event-ID header: resume the task's log after this seq.
     last_event_id: int | None = None
+    # Scheme, host and port for URLs in answers (the extended card).
+    base_url: str = ""
 
 
 def _history_length(request) -> int | None:
@@ -105,12 +110,55 @@ async def _stream(
         yield item
 
 
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 50
+
+
+async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
+    _check_tenant(call, request)
+    page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
+    if page_size < 1 or page_size > MAX_PAGE_SIZE:
+        raise InvalidParamsError(message=f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
+    state = None
+    if request.status != pb.TASK_STATE_UNSPECIFIED:
+        state = PROTO_TO_STATE.get(request.status)
+        if state is None:
+            raise InvalidParamsError(message="status is not a task state")
+    status_after = (
+        request.status_timestamp_after.ToDatetime(tzinfo=UTC)
+        if request.HasField("status_timestamp_after")
+        else None
+    )
+    return await sync_to_async(task_list)(
+        call.caller,
+        context_id=request.context_id,
+        state=state,
+        status_after=status_after,
+        page_size=page_size,
+        page_token=request.page_token,
+        history_length=_history_length(request),
+        include_artifacts=request.include_artifacts,
+    )
+
+
+async def get_extended_agent_card(call: Call, request: pb.GetExtendedAgentCardRequest) -> dict:
+    _check_tenant(call, request)
+    agent = call.caller.agent
+    if agent.is_public:
+        raise UnsupportedOperationError(message="This agent declares no extended agent card")
+    if call.caller.principal == "anonymous":
+        raise UnsupportedOperationError(message="The extended agent card needs an authenticated caller")
+    return await sync_to_async(card_dict)(agent, call.base_url, extended=True)
+
+
 METHODS = {
     "SendMessage": (pb.SendMessageRequest, send_message, False),
     "SendStreamingMessage": (pb.SendMessageRequest, send_streaming_message, True),
     "GetTask": (pb.GetTaskRequest, get_task, False),
     "CancelTask": (pb.CancelTaskRequest, cancel_task, False),
     "SubscribeToTask": (pb.SubscribeToTaskRequest, subscribe_to_task, True),
+    "ListTasks": (pb.ListTasksRequest, list_tasks, False),
+    "GetExtendedAgentCard": (pb.GetExtendedAgentCardRequest, get_extended_agent_card, False),
 }
 
 # Push-config operations live in their own module.

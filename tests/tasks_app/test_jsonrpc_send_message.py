@@ -127,12 +127,25 @@ def test_unknown_task_is_not_found(rpc):
 def test_agent_card_names_the_host_and_port_it_was_fetched_from(server):
     response = httpx.get(server.agent_url("echo") + ".well-known/agent-card.json")
     card = response.json()
-    assert card["supportedInterfaces"][0] == {
-        "url": server.agent_url("echo"),
-        "protocolBinding": "JSONRPC",
-        "protocolVersion": "1.0",
-    }
-    assert card["capabilities"]["streaming"] is True
+    assert card["supportedInterfaces"] == [
+        {
+            "url": server.agent_url("echo"),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+            "tenant": "demo",
+        },
+        {
+            "url": server.agent_url("echo") + "rest",
+            "protocolBinding": "HTTP+JSON",
+            "protocolVersion": "1.0",
+            "tenant": "demo",
+        },
+        {"url": server.agent_url("echo"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+    ]
+    # What 0.3 clients read.
+    assert card["url"] == server.agent_url("echo") and card["protocolVersion"] == "0.3"
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
+    assert "securitySchemes" not in card
     assert "max-age=" in response.headers["Cache-Control"]
     revalidated = httpx.get(
         server.agent_url("echo") + ".well-known/agent-card.json",

@@ -179,6 +179,20 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES
 # Dotted paths of extra AgentExecutor classes, as "name=package.module.Class".
 A2A_EXTRA_HANDLERS = env_list("A2A_EXTRA_HANDLERS")
 
+# --- Push notifications ----------------------------------------------------------
+# Webhooks to loopback/private/link-local addresses are refused unless this is on (dev, tests).
+PUSH_ALLOW_PRIVATE_NETWORKS = env_bool("PUSH_ALLOW_PRIVATE_NETWORKS", default=False)
+# Attempts per (config, event), counting the first; then the event is given up and the next one goes.
+PUSH_MAX_ATTEMPTS = env_int("PUSH_MAX_ATTEMPTS", 6)
+# Retry n waits min(BASE * 2**(n-1), MAX) seconds.
+PUSH_RETRY_BASE_DELAY = env_float("PUSH_RETRY_BASE_DELAY", 1.0)
+PUSH_RETRY_MAX_DELAY = env_float("PUSH_RETRY_MAX_DELAY", 60.0)
+PUSH_TIMEOUT = env_float("PUSH_TIMEOUT", 10.0)
+PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
+# An attempt still "sending" after this many seconds was lost with its worker and is sent again.
+PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
+CELERY_BEAT_SCHEDULE["sweep-push"] = {"task": "tasks_app.tasks.sweep_push", "schedule": 30.0}
+
 # --- Auth -----------------------------------------------------------------------
 OAUTH2_PROVIDER_APPLICATION_MODEL = "tenants.Application"
 OAUTH2_PROVIDER = {

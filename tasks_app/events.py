@@ -17,6 +17,7 @@ from django.db import transaction
 
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task, TaskEvent
 from tasks_app.protocol.convert import PROTO_NAME_TO_STATE
+from tasks_app.push import push_deliveries_queue
 
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 HEARTBEAT = object()
@@ -34,6 +35,8 @@ def event_append(task: Task, kind: str, payload: dict) -> TaskEvent:
     task.event_seq += 1
     Task.objects.filter(pk=task.pk).update(event_seq=task.event_seq)
     event = TaskEvent.objects.create(task=task, seq=task.event_seq, kind=kind, payload=payload)
+    # Same transaction: an event is queued for the task's webhooks exactly when it is logged.
+    push_deliveries_queue(task, event)
     message = {"type": "task.event", "seq": event.seq, "payload": payload}
     transaction.on_commit(lambda: publish(task.pk, message))
     return event

@@ -177,3 +177,77 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}#{self.seq} {self.kind}"
+
+
+class PushConfig(models.Model):
+    """A webhook a caller registered for one task (TaskPushNotificationConfig).
+
+    token and auth_credentials are secrets: they go out only in the webhook
+    request headers, never back through Get/List.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="push_configs")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs")
+    # The config's public id: the caller's, or a UUID the server made up.
+    config_id = models.CharField(max_length=255)
+    url = models.CharField(max_length=2048)
+    token = models.CharField(max_length=1024, blank=True, default="")
+    auth_scheme = models.CharField(max_length=64, blank=True, default="")
+    auth_credentials = models.CharField(max_length=4096, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "config_id"], name="pushconfig_task_id_unique")
+        ]
+        indexes = [models.Index(fields=["task", "created_at"], name="pushconfig_task_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}/{self.config_id}"
+
+
+class PushDelivery(models.Model):
+    """One attempt to POST one event of a task to one push config's webhook."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RETRYING = "retrying", "Retry scheduled"
+        SENDING = "sending", "Sending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed (retried)"
+        GIVEN_UP = "given-up", "Given up"
+
+    # Attempts that still block the events behind them on the same config.
+    OPEN = (Status.PENDING, Status.RETRYING, Status.SENDING)
+
+    config = models.ForeignKey(PushConfig, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(TaskEvent, on_delete=models.CASCADE, related_name="push_deliveries")
+    # The event's seq, copied so the next event of a config is found on one index.
+    seq = models.PositiveIntegerField()
+    attempt = models.PositiveSmallIntegerField(default=1)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    response_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    # Earliest time a retry may be sent; None for first attempts.
+    not_before = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["config", "seq", "attempt"], name="pushdelivery_config_seq_attempt_unique"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["config", "seq", "attempt"],
+                condition=models.Q(status__in=["pending", "retrying", "sending"]),
+                name="pushdelivery_open_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.config_id}#{self.seq} attempt {self.attempt} {self.status}"

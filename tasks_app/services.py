@@ -26,13 +26,13 @@ from django.utils import timezone
 from tasks_app.access import Caller, get_task_for_caller, tasks_visible_to
 from tasks_app.events import event_append, publish
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent, TaskState
-from tasks_app.push import PushConfigInput, push_config_clean, push_config_save
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
     status_update_dict,
     task_dict,
 )
+from tasks_app.push import PushConfigInput, push_config_clean, push_config_save
 
 logger = logging.getLogger(__name__)
 

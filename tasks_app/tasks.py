@@ -1,5 +1,6 @@
 from celery import shared_task
 
+from tasks_app.push import push_deliver, push_sweep
 from tasks_app.turns import turn_run, turn_sweep
 
 
@@ -11,3 +12,14 @@ def run_turn(task_id: str, message_pk: int) -> None:
 @shared_task(ignore_result=True)
 def sweep_turns() -> dict:
     return turn_sweep()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def deliver_push(config_pk: int, seq: int | None = None) -> None:
+    # Sends this config's queued events in order, not only `seq`; jobs that find the work claimed return.
+    push_deliver(config_pk, seq)
+
+
+@shared_task(ignore_result=True)
+def sweep_push() -> dict:
+    return push_sweep()

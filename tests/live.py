@@ -102,6 +102,10 @@ def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
         "CELERY_QUEUE": TEST_QUEUE,
     }
     env.setdefault("PUSH_ALLOW_PRIVATE_NETWORKS", "true")
+    # Push tests: retries within a fraction of a second, and an agent that waits for one answer.
+    env.setdefault("PUSH_RETRY_BASE_DELAY", "0.2")
+    env.setdefault("PUSH_RETRY_MAX_DELAY", "1.0")
+    env["A2A_EXTRA_HANDLERS"] += ",push-ask=tests.tasks_app.push_handlers.AskOnceExecutor"
     env.update(extra or {})
     return env
 

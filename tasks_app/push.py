@@ -1,0 +1,454 @@
+"""Push notifications: webhook configs per task and the delivery of each event to them.
+
+Every event appended to a task's log gets one PushDelivery row per config of
+the task, in the same transaction, and one Celery job per (config, event) after
+commit. The rows are the queue: a config's events go out strictly in seq order,
+because a job only ever sends the config's oldest open attempt, claimed with a
+conditional UPDATE, so a redelivered or concurrent job finds it taken and
+returns. A failed attempt schedules the next one with exponential backoff and
+blocks the events behind it until it succeeds or is given up.
+
+Every request is made to an address that was resolved and checked just before
+(SSRF guard), with the original Host header and TLS server name.
+"""
+
+import base64
+import ipaddress
+import json
+import logging
+import re
+import socket
+import ssl
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import httpx
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/a2a+json"
+CONFIG_ID_RE = re.compile(r"^[A-Za-z0-9._~:@+=-]{1,255}$")
+# RFC 9110 token: what an HTTP auth scheme may be made of.
+AUTH_SCHEME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+PRINTABLE_RE = re.compile(r"^[\x20-\x7e]*$")
+LIST_PAGE_SIZE_DEFAULT = 50
+LIST_PAGE_SIZE_MAX = 100
+
+SHARED_NETWORK = ipaddress.ip_network("100.64.0.0/10")
+# Cloud metadata endpoints: refused even when private networks are allowed.
+METADATA_ADDRESSES = frozenset(
+    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+)
+
+
+# --- URL screening (SSRF) -------------------------------------------------------
+class PushUrlRefused(ValueError):
+    """A webhook URL the platform will not call; the message says why."""
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    """A checked webhook URL and the address it resolved to, used for the request."""
+
+    url: httpx.URL
+    address: str
+
+    @property
+    def pinned_url(self) -> httpx.URL:
+        return self.url.copy_with(host=self.address)
+
+
+def _address_problem(ip, allow_private: bool) -> str | None:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # judged as the IPv4 address it carries
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_loopback:
+        return None if allow_private else "a loopback address"
+    if ip.is_link_local:
+        return None if allow_private else "a link-local address"
+    if ip in SHARED_NETWORK:
+        return None if allow_private else "a shared (carrier-grade NAT) address"
+    if ip.is_private:
+        return None if allow_private else "a private address"
+    if ip.is_reserved or not ip.is_global:
+        return "a reserved address"
+    return None
+
+
+def push_url_check(url: str, *, allow_private: bool | None = None) -> PushTarget:
+    """Resolve a webhook URL and check every address it has; answer the one to connect to.
+
+    Raises PushUrlRefused for a scheme other than http/https, credentials in the
+    URL, a host that does not resolve, or any address that is loopback, private,
+    link-local, shared, multicast, reserved, unspecified or cloud metadata
+    (private ones are allowed when PUSH_ALLOW_PRIVATE_NETWORKS is on).
+    """
+    if allow_private is None:
+        allow_private = settings.PUSH_ALLOW_PRIVATE_NETWORKS
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise PushUrlRefused(f"'{url}' is not a valid URL ({exc})") from None
+    if parsed.scheme not in ("http", "https"):
+        raise PushUrlRefused(f"the scheme must be http or https, not '{parsed.scheme}'")
+    if not parsed.host:
+        raise PushUrlRefused("the URL has no host")
+    if parsed.userinfo:
+        raise PushUrlRefused("the URL must not carry credentials; use 'authentication' instead")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        infos = socket.getaddrinfo(parsed.host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise PushUrlRefused(f"the host '{parsed.host}' does not resolve") from None
+    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    if not addresses:
+        raise PushUrlRefused(f"the host '{parsed.host}' does not resolve")
+    # Every address must pass: a host with one public and one private address is refused.
+    for address in addresses:
+        problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private)
+        if problem:
+            raise PushUrlRefused(
+                f"the host '{parsed.host}' resolves to {address}, {problem}; "
+                "push notifications are only sent to public addresses"
+            )
+    return PushTarget(url=parsed, address=addresses[0])
+
+
+# --- Configs: input, storage, output ---------------------------------------------
+@dataclass(frozen=True)
+class PushConfigInput:
+    config_id: str
+    url: str
+    token: str
+    auth_scheme: str
+    auth_credentials: str
+
+
+def push_config_clean(config: pb.TaskPushNotificationConfig) -> PushConfigInput:
+    """Check a config from a request; InvalidParamsError says what is wrong.
+
+    Resolves the URL's host, so call it outside any transaction.
+    """
+    url = config.url.strip()
+    if not url:
+        raise InvalidParamsError(message="Push notification config needs a url")
+    if len(url) > 2048:
+        raise InvalidParamsError(message="Push notification url is longer than 2048 characters")
+    if config.id and not CONFIG_ID_RE.match(config.id):
+        raise InvalidParamsError(
+            message="Push notification config id must be 1-255 letters, digits or ._~:@+=- characters"
+        )
+    # Header values: anything else could split the webhook request's headers.
+    if len(config.token) > 1024 or not PRINTABLE_RE.match(config.token):
+        raise InvalidParamsError(message="Push notification token must be 0-1024 printable ASCII characters")
+    scheme = credentials = ""
+    if config.HasField("authentication"):
+        scheme, credentials = config.authentication.scheme, config.authentication.credentials
+        if not AUTH_SCHEME_RE.match(scheme):
+            raise InvalidParamsError(message="authentication.scheme must be an HTTP scheme like 'Bearer'")
+        if len(credentials) > 4096 or not PRINTABLE_RE.match(credentials):
+            raise InvalidParamsError(
+                message="authentication.credentials must be up to 4096 printable ASCII characters"
+            )
+    try:
+        push_url_check(url)
+    except PushUrlRefused as exc:
+        raise InvalidParamsError(message=f"Push notification url refused: {exc}") from None
+    return PushConfigInput(
+        config_id=config.id, url=url, token=config.token, auth_scheme=scheme, auth_credentials=credentials
+    )
+
+
+def push_config_save(task: Task, cleaned: PushConfigInput) -> PushConfig:
+    """Store a config on a task whose row the caller has locked.
+
+    A config with the same id on the task is replaced (how a client rotates
+    its token); one without an id always gets a new UUID, never overwriting.
+    """
+    fields = {
+        "url": cleaned.url,
+        "token": cleaned.token,
+        "auth_scheme": cleaned.auth_scheme,
+        "auth_credentials": cleaned.auth_credentials,
+    }
+    if cleaned.config_id:
+        existing = PushConfig.objects.filter(task=task, config_id=cleaned.config_id).first()
+        if existing is not None:
+            for name, value in fields.items():
+                setattr(existing, name, value)
+            existing.save(update_fields=[*fields, "updated_at"])
+            return existing
+    if PushConfig.objects.filter(task=task).count() >= settings.PUSH_MAX_CONFIGS_PER_TASK:
+        raise InvalidParamsError(
+            message=f"A task can have at most {settings.PUSH_MAX_CONFIGS_PER_TASK} push notification configs"
+        )
+    return PushConfig.objects.create(
+        tenant_id=task.tenant_id, task=task, config_id=cleaned.config_id or str(uuid.uuid4()), **fields
+    )
+
+
+def push_config_dict(config: PushConfig) -> dict:
+    """TaskPushNotificationConfig as ProtoJSON, without its secrets (token, credentials)."""
+    data = {"id": config.config_id, "taskId": str(config.task_id), "url": config.url}
+    if config.auth_scheme:
+        data["authentication"] = {"scheme": config.auth_scheme}
+    return data
+
+
+def _caller_task(caller: Caller, task_id: str, *, for_update: bool = False) -> Task:
+    if not task_id:
+        raise InvalidParamsError(message="taskId is required")
+    task = get_task_for_caller(caller, task_id, for_update=for_update)
+    if task is None:
+        raise TaskNotFoundError(message=f"Task {task_id} not found")
+    return task
+
+
+def push_config_create(caller: Caller, config: pb.TaskPushNotificationConfig) -> dict:
+    """CreateTaskPushNotificationConfig: store a webhook for one of the caller's tasks."""
+    cleaned = push_config_clean(config)
+    with transaction.atomic():
+        # The task lock orders this against event_append: an event sees the config or not, never half.
+        task = _caller_task(caller, config.task_id, for_update=True)
+        stored = push_config_save(task, cleaned)
+    return push_config_dict(stored)
+
+
+def push_config_get(caller: Caller, task_id: str, config_id: str) -> dict:
+    task = _caller_task(caller, task_id)
+    config = PushConfig.objects.filter(task=task, config_id=config_id).first()
+    if config is None:
+        # The spec answers a missing config with TaskNotFoundError.
+        raise TaskNotFoundError(message=f"Push config '{config_id}' not found for task {task_id}")
+    return push_config_dict(config)
+
+
+def push_config_list(caller: Caller, task_id: str, *, page_size: int = 0, page_token: str = "") -> dict:
+    """ListTaskPushNotificationConfigs, oldest first, in cursor pages."""
+    if page_size < 0:
+        raise InvalidParamsError(message="pageSize must not be negative")
+    size = min(page_size or LIST_PAGE_SIZE_DEFAULT, LIST_PAGE_SIZE_MAX)
+    task = _caller_task(caller, task_id)
+    configs = PushConfig.objects.filter(task=task).order_by("pk")
+    if page_token:
+        configs = configs.filter(pk__gt=_decode_page_token(page_token))
+    page = list(configs[: size + 1])
+    result = {"configs": [push_config_dict(config) for config in page[:size]]}
+    if len(page) > size:
+        result["nextPageToken"] = base64.urlsafe_b64encode(f"pc:{page[size - 1].pk}".encode()).decode()
+    return result
+
+
+def _decode_page_token(token: str) -> int:
+    try:
+        prefix, _, pk = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
+        if prefix == "pc":
+            return int(pk)
+    except (ValueError, UnicodeError):
+        pass
+    raise InvalidParamsError(message="pageToken is not valid")
+
+
+def push_config_delete(caller: Caller, task_id: str, config_id: str) -> None:
+    """DeleteTaskPushNotificationConfig. Idempotent: deleting a missing config succeeds."""
+    task = _caller_task(caller, task_id)
+    PushConfig.objects.filter(task=task, config_id=config_id).delete()
+
+
+# --- Delivery ---------------------------------------------------------------------
+def push_deliveries_queue(task: Task, event: TaskEvent) -> None:
+    """Queue one event for every push config of its task. Runs inside event_append's transaction.
+
+    One indexed query for a task without configs; jobs are enqueued after commit.
+    """
+    config_pks = list(PushConfig.objects.filter(task_id=task.pk).values_list("pk", flat=True))
+    if not config_pks:
+        return
+    PushDelivery.objects.bulk_create(
+        [PushDelivery(config_id=pk, event=event, seq=event.seq) for pk in config_pks]
+    )
+    seq = event.seq
+    transaction.on_commit(lambda: [push_dispatch(pk, seq) for pk in config_pks])
+
+
+def push_dispatch(config_pk: int, seq: int | None = None, *, countdown: float | None = None) -> None:
+    """Enqueue a delivery job. A broker failure only delays delivery: the sweeper re-dispatches."""
+    from tasks_app.tasks import deliver_push
+
+    try:
+        deliver_push.apply_async((config_pk, seq), countdown=countdown)
+    except Exception:
+        logger.exception("Could not enqueue push delivery of config %s; the sweeper will retry", config_pk)
+
+
+def push_deliver(config_pk: int, seq: int | None = None) -> int:
+    """Send the config's queued events in seq order until none is left or a retry is pending.
+
+    `seq` is the event the job was enqueued for. Answers how many attempts this call made.
+    """
+    made = 0
+    while True:
+        delivery = _claim_next(config_pk, seq)
+        if delivery is None:
+            return made
+        made += 1
+        code, error = _post(delivery)
+        if not _record(delivery, code, error):
+            return made
+
+
+def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
+    """Claim the config's oldest open attempt, or None if it is not ours to send now."""
+    head = (
+        PushDelivery.objects.filter(config_id=config_pk, status__in=PushDelivery.OPEN)
+        .order_by("seq", "attempt")
+        .first()
+    )
+    if head is None:
+        return None
+    now = timezone.now()
+    claim = PushDelivery.objects.filter(pk=head.pk, status=head.status)
+    if head.status == PushDelivery.Status.SENDING:
+        if head.started_at > now - timedelta(seconds=settings.PUSH_SENDING_LEASE):
+            return None  # in flight elsewhere: that worker carries the chain on
+        # Its worker was lost mid-send; send again (at least once beats never).
+        claim = claim.filter(started_at=head.started_at)
+    elif head.not_before is not None and head.not_before > now:
+        if head.seq == seq and head.status == PushDelivery.Status.RETRYING:
+            # This is the retry's own job and it came early (clock skew): come back when due.
+            push_dispatch(config_pk, seq, countdown=(head.not_before - now).total_seconds())
+        return None  # otherwise the retry's own delayed job will come
+    if not claim.update(status=PushDelivery.Status.SENDING, started_at=now):
+        return None  # another job claimed it and carries the chain on
+    return PushDelivery.objects.select_related("config", "event").get(pk=head.pk)
+
+
+# One TLS context for all webhook requests: building one loads the CA bundle.
+_tls_context: ssl.SSLContext | None = None
+
+
+def _tls() -> ssl.SSLContext:
+    global _tls_context
+    if _tls_context is None:
+        _tls_context = httpx.create_ssl_context()
+    return _tls_context
+
+
+def _post(delivery: PushDelivery) -> tuple[int | None, str]:
+    """POST one event to the config's webhook. Answers (HTTP status or None, error text)."""
+    config = delivery.config
+    try:
+        # Checked again at send time: the host's DNS may have changed since the config was made.
+        target = push_url_check(config.url)
+    except PushUrlRefused as exc:
+        return None, f"URL refused: {exc}"
+    headers = {
+        "Host": target.url.netloc.decode("ascii"),
+        "Content-Type": CONTENT_TYPE,
+        # Stable across attempts, so a receiver can drop the duplicates at-least-once delivery brings.
+        "X-A2A-Event-Id": f"{config.task_id}:{delivery.seq}",
+    }
+    if config.token:
+        headers["X-A2A-Notification-Token"] = config.token
+    if config.auth_scheme:
+        headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}".rstrip()
+    body = json.dumps(delivery.event.payload, separators=(",", ":")).encode()
+    extensions = {"sni_hostname": target.url.host} if target.url.scheme == "https" else {}
+    # No proxies from the environment and no redirects: either would undo the address check.
+    with httpx.Client(timeout=settings.PUSH_TIMEOUT, verify=_tls(), trust_env=False) as client:
+        request = client.build_request(
+            "POST", target.pinned_url, headers=headers, content=body, extensions=extensions
+        )
+        try:
+            response = client.send(request, stream=True, follow_redirects=False)
+        except httpx.HTTPError as exc:
+            return None, f"{exc.__class__.__name__}: {exc}"[:1000]
+        # The body is not read: a receiver only owes us a status code.
+        response.close()
+    if 200 <= response.status_code < 300:
+        return response.status_code, ""
+    return response.status_code, f"HTTP {response.status_code} {response.reason_phrase}"[:1000]
+
+
+def push_retry_delay(attempt: int) -> float:
+    """Seconds to wait before attempt + 1."""
+    return min(settings.PUSH_RETRY_BASE_DELAY * 2 ** (attempt - 1), settings.PUSH_RETRY_MAX_DELAY)
+
+
+def _record(delivery: PushDelivery, code: int | None, error: str) -> bool:
+    """Store the outcome of an attempt. True if the chain goes on to the next event now."""
+    now = timezone.now()
+    mine = PushDelivery.objects.filter(
+        pk=delivery.pk, status=PushDelivery.Status.SENDING, started_at=delivery.started_at
+    )
+    outcome = {"response_code": code, "error": error, "finished_at": now}
+    if code is not None and 200 <= code < 300:
+        return bool(mine.update(status=PushDelivery.Status.SUCCEEDED, **outcome))
+    last = delivery.attempt >= settings.PUSH_MAX_ATTEMPTS
+    logger.warning(
+        "Push delivery %s#%s attempt %s failed%s: %s",
+        delivery.config_id,
+        delivery.seq,
+        delivery.attempt,
+        " (giving up)" if last else "",
+        error,
+    )
+    if last:
+        # Given up: the events behind it go out rather than wait forever.
+        return bool(mine.update(status=PushDelivery.Status.GIVEN_UP, **outcome))
+    delay = push_retry_delay(delivery.attempt)
+    try:
+        with transaction.atomic():
+            # Zero rows: the config was deleted, or a lost-lease takeover owns this attempt now.
+            if not mine.update(status=PushDelivery.Status.FAILED, **outcome):
+                return False
+            PushDelivery.objects.create(
+                config_id=delivery.config_id,
+                event_id=delivery.event_id,
+                seq=delivery.seq,
+                attempt=delivery.attempt + 1,
+                status=PushDelivery.Status.RETRYING,
+                not_before=now + timedelta(seconds=delay),
+            )
+            config_pk, seq = delivery.config_id, delivery.seq
+            transaction.on_commit(lambda: push_dispatch(config_pk, seq, countdown=delay))
+    except IntegrityError:
+        return False  # the config went away meanwhile
+    return False
+
+
+def push_sweep() -> dict:
+    """Re-dispatch configs whose queued attempts no job will send (lost broker message, dead worker)."""
+    now = timezone.now()
+    quiet = now - timedelta(seconds=30)
+    stuck = (
+        PushDelivery.objects.filter(
+            Q(status=PushDelivery.Status.PENDING, created_at__lt=quiet)
+            | Q(status=PushDelivery.Status.RETRYING, not_before__lt=quiet)
+            | Q(
+                status=PushDelivery.Status.SENDING,
+                started_at__lt=now - timedelta(seconds=settings.PUSH_SENDING_LEASE),
+            )
+        )
+        .values_list("config_id", flat=True)
+        .distinct()
+    )
+    config_pks = list(stuck)
+    for config_pk in config_pks:
+        push_dispatch(config_pk)
+    return {"redispatched": len(config_pks)}

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "a2a_platform.tenants",
     "oauth2_provider",
     "agents",
@@ -205,6 +206,12 @@ OAUTH2_PROVIDER = {
     "DEFAULT_SCOPES": ["a2a:invoke", "a2a:read", "a2a:push"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_TOKEN_TTL", 3600),
     "PKCE_REQUIRED": True,
+    # Clients get only their tenant's allowed scopes; interactive tokens only go to tenant members.
+    "OAUTH2_VALIDATOR_CLASS": "a2a_platform.oauth.TenantOAuth2Validator",
+    # Store only checksums of tokens (RFC 9700): a database dump holds no usable bearer token.
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    # S256 only; "plain" PKCE protects nothing against an intercepted code.
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
 }
 LOGIN_URL = "/console/login/"
 AUTH_PASSWORD_VALIDATORS = [
@@ -229,8 +236,28 @@ STATIC_ROOT = VAR_DIR / "static"
 # --- DRF ------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Bearer first, so an unauthenticated call gets 401 with a Bearer challenge.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "oauth2_provider.contrib.rest_framework.OAuth2Authentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
 }
-SPECTACULAR_SETTINGS = {"TITLE": "A2A Platform management API", "VERSION": "1.0.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "A2A Platform management API",
+    "DESCRIPTION": "Tenant administration: agents, OAuth clients, tasks, members and the audit log.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    # Swagger UI from the drf-spectacular-sidecar package, served by the API itself: no CDN.
+    "SWAGGER_UI_DIST": "/api/docs/assets/swagger-ui-dist",
+    "SWAGGER_UI_FAVICON_HREF": "/api/docs/assets/swagger-ui-dist/favicon-32x32.png",
+    "REDOC_DIST": "/api/docs/assets/redoc",
+    # Describe DOT's bearer tokens as the OAuth2 flows the platform offers.
+    "OAUTH2_FLOWS": ["clientCredentials", "authorizationCode"],
+    "OAUTH2_TOKEN_URL": "/o/token/",
+    "OAUTH2_AUTHORIZATION_URL": "/o/authorize/",
+    "OAUTH2_REFRESH_URL": "/o/token/",
+}
 
 # --- Logging --------------------------------------------------------------------
 LOGGING = {

@@ -8,5 +8,6 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
+    path("api/", include("a2a_platform.api.urls")),
     path("a2a/", include("tasks_app.urls")),
 ]

@@ -52,6 +52,19 @@ class Application(AbstractApplication):
     class Meta(AbstractApplication.Meta):
         swappable = "OAUTH2_PROVIDER_APPLICATION_MODEL"
 
+    @property
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(self.allowed_scopes.split())
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def is_usable(self, request) -> bool:
+        # DOT asks this both when issuing a token and when checking a bearer token,
+        # so revoking the client also stops every token it already holds.
+        return not self.is_revoked and super().is_usable(request)
+
 
 class AuditEvent(models.Model):
     """Who did what to which object of a tenant, and when. Written by services only."""

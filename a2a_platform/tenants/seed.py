@@ -6,14 +6,18 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from a2a_platform.tenants.models import Membership, Tenant
+from a2a_platform.tenants.models import Application, Membership, Tenant
+from a2a_platform.tenants.services import oauth_client_create
 from agents.models import Agent
 from agents.registry import handler_defaults
 
 DEMO_AGENTS = [
     # slug, name, handler, visibility
     ("echo", "Hello World Agent", "echo", Agent.Visibility.PUBLIC),
+    # The echo agent behind OAuth2: call it with the demo client's token.
+    ("secure-echo", "Secure Echo Agent", "echo", Agent.Visibility.AUTHENTICATED),
 ]
+DEMO_CLIENT_NAME = "Demo client"
 
 
 @dataclass
@@ -21,6 +25,9 @@ class SeedResult:
     agents: list[str] = field(default_factory=list)
     # Only set when the admin user was created by this run: it is shown once.
     admin_password: str | None = None
+    demo_client_id: str = ""
+    # Only set when the demo client was created by this run: stored hashed, so shown once.
+    demo_client_secret: str | None = None
 
 
 @transaction.atomic
@@ -46,4 +53,13 @@ def seed_demo() -> SeedResult:
         result.admin_password = secrets.token_urlsafe(12)
         admin = User.objects.create_superuser("admin", email="", password=result.admin_password)
         Membership.objects.create(user=admin, tenant=tenant, role=Membership.Role.OWNER)
+    client = Application.objects.filter(tenant=tenant, name=DEMO_CLIENT_NAME).first()
+    if client is None:
+        client, result.demo_client_secret = oauth_client_create(
+            tenant=tenant,
+            actor="system:seed",
+            name=DEMO_CLIENT_NAME,
+            scopes=["a2a:invoke", "a2a:read", "a2a:push"],
+        )
+    result.demo_client_id = client.client_id
     return result

@@ -1,10 +1,19 @@
 """Who is calling: resolves the Caller of an A2A request and checks its scopes.
 
-Public agents accept anonymous callers (who share one scope, as in the SDK).
-Authenticated agents need an OAuth2 bearer token of the agent's tenant with the
-scope the method needs.
+Three kinds of callers, checked in this order:
+- a bearer token (OAuth2, django-oauth-toolkit) of the agent's tenant: the
+  caller is that client (or, for an interactive token, that person), with the
+  token's scopes. A token of another tenant is an invalid token, exactly like
+  an unknown one, so it reveals nothing about the tenant it belongs to;
+- a logged-in member of the tenant (console session), with a valid CSRF token;
+- nobody: accepted on public agents only (all anonymous callers share one scope,
+  as in the SDK).
 """
 
+from rest_framework.authentication import CSRFCheck
+
+from a2a_platform.oauth import bearer_token_verify, has_bearer_header
+from a2a_platform.tenants.models import Membership
 from agents.models import Agent
 from tasks_app.access import Caller
 
@@ -22,6 +31,8 @@ METHOD_SCOPES = {
     "DeleteTaskPushNotificationConfig": "a2a:push",
     "GetExtendedAgentCard": None,
 }
+# Roles whose members see every caller's tasks of the tenant.
+SEES_ALL_ROLES = {Membership.Role.OWNER, Membership.Role.OPERATOR}
 
 
 class CallerUnauthenticated(Exception):
@@ -47,8 +58,74 @@ def www_authenticate(agent: Agent, error: str | None = None) -> str:
     return value
 
 
+def _member_role(user, agent: Agent) -> str | None:
+    return (
+        Membership.objects.filter(user=user, tenant_id=agent.tenant_id).values_list("role", flat=True).first()
+    )
+
+
+def _token_caller(request, agent: Agent, method: str) -> Caller:
+    token = bearer_token_verify(request)
+    # Same message for unknown, expired, revoked and other-tenant tokens: nothing to learn from it.
+    invalid = CallerUnauthenticated("The access token is invalid, expired or revoked")
+    if token is None or token.application is None or token.application.tenant_id != agent.tenant_id:
+        raise invalid
+    scopes = frozenset(token.scope.split())
+    needed = METHOD_SCOPES.get(method)
+    if needed and needed not in scopes:
+        raise CallerForbidden(
+            f"{method} needs the '{needed}' scope; this token has: {' '.join(sorted(scopes))}"
+        )
+    if token.user_id is None:
+        return Caller(
+            tenant=agent.tenant, agent=agent, principal=f"client:{token.application.client_id}", scopes=scopes
+        )
+    # An interactive token acts for its person, who must still belong to the tenant.
+    role = _member_role(token.user, agent)
+    if role is None:
+        raise invalid
+    return Caller(
+        tenant=agent.tenant,
+        agent=agent,
+        principal=f"user:{token.user_id}",
+        scopes=scopes,
+        sees_all=role in SEES_ALL_ROLES,
+    )
+
+
+def _session_caller(request, agent: Agent) -> Caller | None:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None
+    # The A2A endpoints skip Django's CSRF middleware (programs post there); a
+    # browser session only counts with a valid CSRF token, so another site
+    # cannot act with the operator's cookie.
+    check = CSRFCheck(lambda _request: None)
+    check.process_request(request)
+    if check.process_view(request, None, (), {}) is not None:
+        return None
+    role = _member_role(user, agent)
+    if role is None:
+        return None
+    return Caller(
+        tenant=agent.tenant,
+        agent=agent,
+        principal=f"user:{user.pk}",
+        scopes=frozenset(s for s in METHOD_SCOPES.values() if s),
+        sees_all=role in SEES_ALL_ROLES,
+    )
+
+
 def resolve_caller(request, agent: Agent, method: str) -> Caller:
     """The Caller for one request to `agent`'s `method`. Runs in a sync thread."""
+    if has_bearer_header(request):
+        # A caller that presents a token is judged by it, on public agents too.
+        return _token_caller(request, agent, method)
+    if request.headers.get("Authorization"):
+        raise CallerUnauthenticated("Only 'Authorization: Bearer <token>' is accepted")
+    caller = _session_caller(request, agent)
+    if caller is not None:
+        return caller
     if agent.is_public:
         return Caller(tenant=agent.tenant, agent=agent)
     raise CallerUnauthenticated()

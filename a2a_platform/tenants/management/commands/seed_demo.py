@@ -10,4 +10,9 @@ class Command(BaseCommand):
         result = seed_demo()
         if result.admin_password:
             self.stdout.write(f"Admin user 'admin' created, password: {result.admin_password}")
+        if result.demo_client_secret:
+            self.stdout.write(
+                f"Demo OAuth client created: client_id {result.demo_client_id}, "
+                f"client_secret {result.demo_client_secret}  (shown once)"
+            )
         self.stdout.write(f"Demo tenant ready with agents: {', '.join(result.agents)}")

@@ -55,12 +55,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, no_seed, **options):
         call_command("migrate", interactive=False, verbosity=0)
-        admin_password = None
-        if not no_seed:
-            admin_password = seed_demo().admin_password
+        seeded = seed_demo() if not no_seed else None
+        admin_password = seeded.admin_password if seeded else None
         if settings.EMBEDDED_WORKER:
             start_embedded_worker()
         self._print_banner(host, port, admin_password, seeded=not no_seed)
+        if seeded:
+            self._print_credentials(host, port, seeded)
 
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
@@ -102,4 +103,19 @@ class Command(BaseCommand):
                 f"  curl -s -X POST {base}/a2a/demo/echo/ -H 'Content-Type: application/json' "
                 f"-H 'A2A-Version: 1.0' -d '{body}'"
             )
+        self.stdout.flush()
+
+    def _print_credentials(self, host: str, port: int, seeded) -> None:
+        shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        base = settings.PUBLIC_BASE_URL or f"http://{shown_host}:{port}"
+        out = self.stdout
+        out.write(f"  OAuth2 demo client (tenant demo): client_id {seeded.demo_client_id}")
+        if seeded.demo_client_secret:
+            # Stored hashed: this is the only time the secret can be shown.
+            out.write(f"               client_secret {seeded.demo_client_secret}  (shown once)")
+        out.write(
+            f"  Token for secure-echo: curl -s -u '<client_id>:<client_secret>' "
+            f"-d grant_type=client_credentials {base}/o/token/"
+        )
+        out.write(f"  Management API: {base}/api/v1/tenants/  (docs: {base}/api/docs/)")
         self.stdout.flush()

@@ -1,0 +1,1 @@
+"""The management API for tenant admins, under /api/v1/."""

@@ -1,0 +1,78 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
+
+from a2a_platform.api.serializers import AgentCardOutput, AgentCreateInput, AgentOutput, AgentUpdateInput
+from a2a_platform.api.views.base import TenantView
+from a2a_platform.tenants.access import get_agent_for_tenant
+from a2a_platform.tenants.services import agent_delete, agent_register, agent_update
+from agents.cards import card_dict, public_base_url
+from agents.models import Agent
+
+
+class AgentView(TenantView):
+    def get_agent(self, slug: str) -> Agent:
+        agent = get_agent_for_tenant(self.admin.tenant, slug)
+        if agent is None:
+            raise NotFound()
+        return agent
+
+
+class AgentListView(TenantView):
+    @extend_schema(responses=AgentOutput(many=True), summary="List agents")
+    def get(self, request, tenant):
+        agents = Agent.objects.select_related("tenant").filter(tenant=self.admin.tenant).order_by("slug")
+        return self.paginated(agents, AgentOutput)
+
+    @extend_schema(request=AgentCreateInput, responses={201: AgentOutput}, summary="Register an agent")
+    def post(self, request, tenant):
+        data = AgentCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent = agent_register(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
+        return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
+
+
+class AgentDetailView(AgentView):
+    @extend_schema(responses=AgentOutput, summary="One agent")
+    def get(self, request, tenant, agent):
+        return Response(AgentOutput(self.get_agent(agent)).data)
+
+    @extend_schema(request=AgentUpdateInput, responses=AgentOutput, summary="Change an agent")
+    def patch(self, request, tenant, agent):
+        found = self.get_agent(agent)
+        data = AgentUpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        updated = agent_update(agent=found, actor=self.admin.actor, **data.validated_data)
+        return Response(AgentOutput(updated).data)
+
+    @extend_schema(responses={204: None}, summary="Delete an agent and its tasks")
+    def delete(self, request, tenant, agent):
+        agent_delete(agent=self.get_agent(agent), actor=self.admin.actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AgentEnableView(AgentView):
+    enabled = True
+
+    @extend_schema(request=None, responses=AgentOutput, summary="Serve the agent")
+    def post(self, request, tenant, agent):
+        updated = agent_update(agent=self.get_agent(agent), actor=self.admin.actor, enabled=self.enabled)
+        return Response(AgentOutput(updated).data)
+
+
+class AgentDisableView(AgentEnableView):
+    enabled = False
+
+    @extend_schema(request=None, responses=AgentOutput, summary="Stop serving the agent (404 on its URLs)")
+    def post(self, request, tenant, agent):
+        return super().post(request, tenant, agent)
+
+
+class AgentCardView(AgentView):
+    @extend_schema(responses=AgentCardOutput, summary="Preview the agent's public and extended cards")
+    def get(self, request, tenant, agent):
+        found = self.get_agent(agent)
+        base_url = public_base_url(request)
+        extended = None if found.is_public else card_dict(found, base_url, extended=True)
+        return Response(AgentCardOutput({"public": card_dict(found, base_url), "extended": extended}).data)

@@ -1,0 +1,52 @@
+"""OAuth2 rules of the platform, on top of django-oauth-toolkit.
+
+DOT runs the flows (client credentials, authorization code + PKCE) and stores
+the tokens. Two things are ours: a client gets only the scopes its tenant
+allowed it, and an interactive token is only issued to a member of the
+client's tenant. Bearer tokens are checked here too, once for every binding.
+"""
+
+from oauth2_provider.models import AccessToken
+from oauth2_provider.oauth2_backends import get_oauthlib_core
+from oauth2_provider.oauth2_validators import OAuth2Validator
+from oauthlib.oauth2.rfc6749.errors import AccessDeniedError
+
+from a2a_platform.tenants.models import Membership
+
+
+class TenantOAuth2Validator(OAuth2Validator):
+    def validate_scopes(self, client_id, scopes, client, request, *args, **kwargs):
+        # The settings list every scope the platform knows; the client may ask only for its own.
+        allowed = super().validate_scopes(client_id, scopes, client, request, *args, **kwargs)
+        return allowed and set(scopes) <= client.scope_set
+
+    def get_default_scopes(self, client_id, request, *args, **kwargs):
+        # A token request without `scope` gets everything the client is allowed.
+        return sorted(request.client.scope_set)
+
+    def save_authorization_code(self, client_id, code, request, *args, **kwargs):
+        user = getattr(request, "user", None)
+        if (
+            user is None
+            or not Membership.objects.filter(user=user, tenant_id=request.client.tenant_id).exists()
+        ):
+            # A person outside the tenant must not hold a token that acts for it.
+            raise AccessDeniedError(
+                description="You are not a member of this client's tenant", request=request
+            )
+        return super().save_authorization_code(client_id, code, request, *args, **kwargs)
+
+
+def bearer_token_verify(request) -> AccessToken | None:
+    """The valid access token the request carries, or None.
+
+    Valid means: known, not expired, and its client not revoked (DOT checks
+    `Application.is_usable`). Tenant and scope checks are the caller's job,
+    because they decide between "invalid token" and "insufficient scope".
+    """
+    valid, oauth_request = get_oauthlib_core().verify_request(request, scopes=[])
+    return oauth_request.access_token if valid else None
+
+
+def has_bearer_header(request) -> bool:
+    return request.headers.get("Authorization", "").lower().startswith("bearer ")

@@ -45,13 +45,18 @@ class SendOutcome:
     duplicate: bool = False
 
 
-def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
+def message_send(
+    caller: Caller, request: pb.SendMessageRequest, *, client_task_id: str | None = None
+) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
     A message without taskId creates a task (in its contextId, or a new
     context); one with taskId continues an interrupted task. A messageId that
     was already accepted on this agent answers with the task it started, which
     makes retries safe.
+
+    client_task_id (draft-dialect tasks/send only) stores a new task under the
+    client's own id; an id another task of this agent holds raises IntegrityError.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -72,7 +77,7 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
         if message.task_id:
             task, seq_before = _continue_task(caller, message, push_config)
         else:
-            task = _create_task(caller, message, push_config)
+            task = _create_task(caller, message, push_config, client_task_id)
             seq_before = 0
     return SendOutcome(task=task, seq_before=seq_before)
 
@@ -84,7 +89,12 @@ def _resend_outcome(caller: Caller, previous: Message) -> SendOutcome:
     return SendOutcome(task=task, seq_before=0, duplicate=True)
 
 
-def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None) -> Task:
+def _create_task(
+    caller: Caller,
+    message: pb.Message,
+    push_config: PushConfigInput | None = None,
+    client_task_id: str | None = None,
+) -> Task:
     context_id = message.context_id or str(uuid.uuid4())
     context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=context_id)
     now = timezone.now()
@@ -95,6 +105,7 @@ def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInp
         state=TaskState.SUBMITTED,
         status_timestamp=now,
         owner=caller.principal,
+        client_task_id=client_task_id,
     )
     if push_config is not None:
         # Stored before the first event, so the webhook gets the Task itself too.

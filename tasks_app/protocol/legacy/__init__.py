@@ -1,0 +1,75 @@
+"""Older A2A dialects (0.3 and the 0.1 draft) on the JSON-RPC endpoint.
+
+A legacy request is recognised by its method name (old names contain '/'),
+whatever its A2A-Version header says. Which dialect answers:
+
+- `message/*`, `tasks/pushNotificationConfig/*`, `agent/getAuthenticatedExtendedCard`: 0.3.
+- `tasks/send`, `tasks/sendSubscribe`, `tasks/pushNotification/*`: the draft.
+- `tasks/get`, `tasks/cancel`, `tasks/resubscribe` exist in both with the same
+  params. The task decides: one created by a draft client (it has a
+  client_task_id) is answered in the draft shape, every other one in 0.3.
+"""
+
+import logging
+
+from a2a.compat.v0_3 import types as types_v03
+from a2a.utils.errors import A2AError, InternalError, InvalidRequestError, TaskNotFoundError
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse
+
+from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, www_authenticate
+from tasks_app.protocol.legacy import draft, v03
+from tasks_app.protocol.legacy.common import Exchange, find_task, parse_model
+
+logger = logging.getLogger(__name__)
+
+# The 1.0 operation (and so the scope) behind each method both dialects share.
+SHARED_TASK_METHODS = {
+    "tasks/get": "GetTask",
+    "tasks/cancel": "CancelTask",
+    "tasks/resubscribe": "SubscribeToTask",
+}
+
+LEGACY_METHODS: frozenset[str] = frozenset({*v03.HANDLERS, *draft.HANDLERS, *SHARED_TASK_METHODS})
+
+
+async def dispatch(request, body: dict, agent, request_id) -> JsonResponse:
+    method = body["method"]
+    dialect = draft if method in draft.HANDLERS else v03
+    ex = Exchange(
+        request=request,
+        agent=agent,
+        request_id=request_id,
+        method=method,
+        params=body.get("params") or {},
+        error_codes=dialect.ERROR_CODES,
+    )
+    try:
+        if method in SHARED_TASK_METHODS:
+            return await _task_method(ex)
+        return await dialect.HANDLERS[method](ex)
+    except CallerUnauthenticated as exc:
+        response = ex.error(InvalidRequestError(message=exc.message), 401)
+        response["WWW-Authenticate"] = www_authenticate(agent, "invalid_token")
+        return response
+    except CallerForbidden as exc:
+        response = ex.error(InvalidRequestError(message=exc.message), 403)
+        response["WWW-Authenticate"] = www_authenticate(agent, "insufficient_scope")
+        return response
+    except A2AError as error:
+        return ex.error(error)
+    except Exception:
+        logger.exception("Unhandled error in legacy JSON-RPC request %r (%s)", request_id, method)
+        return ex.error(InternalError(message="Internal error"))
+
+
+async def _task_method(ex: Exchange):
+    # TaskQueryParams covers both dialects' {id, historyLength, metadata}.
+    params = parse_model(types_v03.TaskQueryParams, ex.params)
+    call = await ex.call(SHARED_TASK_METHODS[ex.method])
+    task = await sync_to_async(find_task)(call.caller, params.id)
+    if task is None:
+        raise TaskNotFoundError()
+    dialect = draft if task.client_task_id else v03
+    ex.error_codes = dialect.ERROR_CODES
+    return await dialect.TASK_HANDLERS[ex.method](ex, call, task, params)

@@ -1,0 +1,160 @@
+"""What the 0.3 and draft dialects share: operation calls, task lookup, errors, SSE framing.
+
+Both dialects translate their requests to A2A 1.0 protos, run the 1.0
+operations from operations.METHODS and translate the results back; nothing
+here decides anything the 1.0 operations do not.
+"""
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError, InvalidParamsError
+from a2a.utils.proto_utils import validate_proto_required_fields
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse
+from google.protobuf.json_format import MessageToDict, ParseDict
+from pydantic import ValidationError
+
+from agents.cards import public_base_url
+from tasks_app.access import get_task_for_caller, tasks_visible_to
+from tasks_app.events import HEARTBEAT
+from tasks_app.models import Artifact, Task
+from tasks_app.protocol import operations
+from tasks_app.protocol.auth import resolve_caller
+from tasks_app.protocol.operations import Call
+from tasks_app.protocol.sse import last_event_id, sse_response
+
+logger = logging.getLogger(__name__)
+
+STANDARD_CODES = frozenset({-32700, -32600, -32601, -32602, -32603})
+
+
+@dataclass
+class Exchange:
+    """One legacy JSON-RPC request on its way through a dialect."""
+
+    request: object
+    agent: object
+    request_id: str | int | None
+    method: str
+    params: dict
+    error_codes: frozenset[int]
+
+    async def call(self, method: str) -> Call:
+        """The Call for the 1.0 operation `method` (its scope decides what the caller needs)."""
+        caller = await sync_to_async(resolve_caller)(self.request, self.agent, method)
+        return Call(
+            caller=caller, last_event_id=last_event_id(self.request), base_url=public_base_url(self.request)
+        )
+
+    def result(self, result) -> JsonResponse:
+        return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+
+    def error(self, error: A2AError, status: int = 200) -> JsonResponse:
+        body = {"jsonrpc": "2.0", "id": self.request_id, "error": legacy_error(error, self.error_codes)}
+        return JsonResponse(body, status=status)
+
+    def stream(self, items: AsyncIterator, event_name: Callable[[dict], str | None] | None = None):
+        """SSE of (seq, {"result": ...}) items; an error after the first event ends it with an error frame."""
+        codes = self.error_codes
+        request_id = self.request_id
+
+        async def guarded():
+            try:
+                async for item in items:
+                    yield item
+            except A2AError as error:
+                yield None, {"error": legacy_error(error, codes)}
+            except Exception:
+                logger.exception("Legacy stream %r failed", request_id)
+                yield None, {"error": {"code": -32603, "message": "Internal error"}}
+
+        return sse_response(
+            guarded(), lambda payload: {"jsonrpc": "2.0", "id": request_id, **payload}, event_name
+        )
+
+
+def legacy_error(error: A2AError, codes: frozenset[int]) -> dict:
+    """A JSON-RPC error as the old dialects sent it: `data` a plain object, only codes they knew."""
+    code = JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603)
+    body = {"code": code if code in codes else -32603, "message": error.message}
+    if isinstance(error.data, dict) and error.data:
+        body["data"] = error.data
+    return body
+
+
+def parse_model(model, params: dict):
+    """Validate params with a pydantic model; a mismatch is -32602 with the fields named."""
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'params'}: {error['msg']}"
+            for error in exc.errors()[:5]
+        )
+        raise InvalidParamsError(message=f"Invalid params: {problems}") from None
+
+
+def parse_proto(data: dict, proto):
+    """ProtoJSON into a fresh proto; malformed values (bad base64, wrong types) are -32602."""
+    try:
+        return ParseDict(data, proto, ignore_unknown_fields=True)
+    except Exception as exc:  # protobuf raises ParseError, TypeError and others
+        raise InvalidParamsError(message=f"Invalid params: {exc}") from None
+
+
+def has_operation(name: str) -> bool:
+    return name in operations.METHODS
+
+
+async def run(name: str, call: Call, request, missing: A2AError | None = None):
+    """Run the 1.0 operation `name`, looked up now: push operations register themselves later.
+
+    A request built as a different (but field-compatible) proto is carried
+    over through ProtoJSON, so a changed request type does not break us.
+    """
+    entry = operations.METHODS.get(name)
+    if entry is None:
+        raise missing or InvalidParamsError(message=f"{name} is not available on this platform")
+    request_type, operation, _streaming = entry
+    if not isinstance(request, request_type):
+        request = parse_proto(MessageToDict(request), request_type())
+    validate_proto_required_fields(request)
+    return await operation(call, request)
+
+
+def find_task(caller, task_id: str) -> Task | None:
+    """A draft client's own id first (it may even look like a UUID), then the platform's id."""
+    task = (
+        tasks_visible_to(caller)
+        .filter(client_task_id=task_id)
+        .select_related("context", "status_message")
+        .first()
+    )
+    return task or get_task_for_caller(caller, task_id)
+
+
+def artifact_ids(task_pk) -> list[str]:
+    """The task's artifact ids in the order snapshots list them."""
+    return list(
+        Artifact.objects.filter(task_id=task_pk)
+        .order_by("created_at", "pk")
+        .values_list("artifact_id", flat=True)
+    )
+
+
+async def translated(events: AsyncIterator, convert: Callable[[dict], list[dict]]) -> AsyncIterator:
+    """Turn (seq, StreamResponse) items into (seq, {"result": ...}) items of a dialect.
+
+    When one 1.0 event becomes several old ones, only the last carries the seq,
+    so a client resuming with Last-Event-ID never skips the rest of them.
+    """
+    async for item in events:
+        if item is HEARTBEAT:
+            yield item
+            continue
+        seq, payload = item
+        results = convert(payload)
+        for index, result in enumerate(results):
+            yield (seq if index == len(results) - 1 else None), {"result": result}

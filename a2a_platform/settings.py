@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "oauth2_provider",
     "agents",
     "tasks_app",
+    "a2a_platform.console",
 ]
 
 MIDDLEWARE = [
@@ -217,6 +218,12 @@ LOGIN_URL = "/console/login/"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+# --- Console --------------------------------------------------------------------
+LOGIN_REDIRECT_URL = "/console/"
+LOGOUT_REDIRECT_URL = "/console/login/"
+# Rows per page on the task lists and the audit log.
+CONSOLE_PAGE_SIZE = env_int("CONSOLE_PAGE_SIZE", 50)
 
 # --- Security in production -----------------------------------------------------
 SESSION_COOKIE_SECURE = not DEBUG

@@ -10,4 +10,5 @@ urlpatterns = [
     path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
     path("api/", include("a2a_platform.api.urls")),
     path("a2a/", include("tasks_app.urls")),
+    path("console/", include("a2a_platform.console.urls")),
 ]

@@ -39,11 +39,23 @@ def event_append(task: Task, kind: str, payload: dict) -> TaskEvent:
     push_deliveries_queue(task, event)
     message = {"type": "task.event", "seq": event.seq, "payload": payload}
     transaction.on_commit(lambda: publish(task.pk, message))
+    # Console feed: a small note per event on the tenant's group, so lists and
+    # queues can refresh without joining every task's group. No agent content.
+    note = {"type": "tenant.task", "task": str(task.pk), "state": str(task.state), "seq": event.seq}
+    transaction.on_commit(lambda: publish_tenant(task.tenant_id, note))
     return event
 
 
 def publish(task_pk, message: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group_name(task_pk), message)
+
+
+def tenant_group_name(tenant_pk) -> str:
+    return f"tenant.{tenant_pk}"
+
+
+def publish_tenant(tenant_pk, message: dict) -> None:
+    async_to_sync(get_channel_layer().group_send)(tenant_group_name(tenant_pk), message)
 
 
 def payload_state(payload: dict):

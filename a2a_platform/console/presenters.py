@@ -1,0 +1,96 @@
+"""Stored ProtoJSON (parts, event payloads) turned into plain values for templates.
+
+Templates only ever print these values with autoescaping on; nothing here
+builds HTML. That is what keeps agent output inert in the browser.
+"""
+
+import json
+from dataclasses import dataclass
+
+from tasks_app.events import payload_state
+from tasks_app.models import TaskState
+
+PREVIEW_CHARS = 160
+
+
+@dataclass
+class PartView:
+    kind: str  # "text", "data", "file" or "url"
+    index: int
+    text: str = ""
+    filename: str = ""
+    media_type: str = ""
+    url: str = ""
+    size: int | None = None
+
+
+def part_views(parts) -> list[PartView]:
+    views = []
+    for index, part in enumerate(parts or []):
+        if not isinstance(part, dict):
+            continue
+        media_type = str(part.get("mediaType", ""))
+        filename = str(part.get("filename", ""))
+        if "text" in part:
+            views.append(PartView("text", index, text=str(part["text"]), media_type=media_type))
+        elif "data" in part:
+            data = json.dumps(part["data"], indent=2, ensure_ascii=False, sort_keys=True)
+            views.append(PartView("data", index, text=data, media_type=media_type))
+        elif "raw" in part:
+            # base64 in ProtoJSON: 4 characters carry 3 bytes.
+            size = len(str(part["raw"])) * 3 // 4
+            views.append(
+                PartView(
+                    "file", index, filename=filename or f"part-{index}", media_type=media_type, size=size
+                )
+            )
+        elif "url" in part:
+            url = str(part["url"])
+            # Only web links become clickable; a javascript: or data: URL stays plain text.
+            safe = url if url.lower().startswith(("https://", "http://")) else ""
+            views.append(PartView("url", index, text=url, url=safe, filename=filename, media_type=media_type))
+    return views
+
+
+def parts_text(parts, limit: int = PREVIEW_CHARS) -> str:
+    """A one-line preview of the text parts, for lists."""
+    texts = [str(part["text"]) for part in parts or [] if isinstance(part, dict) and "text" in part]
+    text = " ".join(" ".join(texts).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+STATE_LABELS = dict(TaskState.choices)
+
+
+@dataclass
+class TimelineEntry:
+    seq: int
+    at: object
+    kind: str
+    state: str = ""
+    state_label: str = ""
+    text: str = ""
+
+
+def timeline(events) -> list[TimelineEntry]:
+    """One line per logged event: what the task's life looked like, in order."""
+    entries = []
+    for event in events:
+        payload = event.payload or {}
+        entry = TimelineEntry(seq=event.seq, at=event.created_at, kind=event.get_kind_display())
+        state = payload_state(payload)
+        if state:
+            entry.state, entry.state_label = str(state), STATE_LABELS.get(state, str(state))
+        if "statusUpdate" in payload:
+            entry.text = parts_text(payload["statusUpdate"]["status"].get("message", {}).get("parts"))
+        elif "task" in payload:
+            entry.text = "Task created"
+        elif "artifactUpdate" in payload:
+            artifact = payload["artifactUpdate"].get("artifact", {})
+            name = artifact.get("name") or artifact.get("artifactId", "")
+            chunk = " (chunk appended)" if payload["artifactUpdate"].get("append") else ""
+            entry.text = f"Artifact {name}{chunk}"
+        elif "message" in payload:
+            entry.text = parts_text(payload["message"].get("parts"))
+        entries.append(entry)
+    return entries

@@ -1,0 +1,113 @@
+import json
+import shlex
+
+from django.contrib import messages
+from django.db.models import Count
+from django.http import Http404
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from a2a_platform.console.access import Role, get_agent_for_tenant, tenant_view
+from a2a_platform.console.forms import AgentForm
+from a2a_platform.console.services import agent_register, agent_set_enabled, agent_update
+from a2a_platform.console.views.base import render_console
+from agents.cards import agent_url, card_dict, public_base_url
+
+
+@require_GET
+@tenant_view()
+def agent_list(request):
+    agents = request.console.tenant.agents.annotate(task_count=Count("tasks")).order_by("name", "pk")
+    return render_console(request, "console/agents/list.html", {"agents": agents})
+
+
+def _curl_examples(agent, url: str, base_url: str) -> list[str]:
+    body = {
+        "jsonrpc": "2.0",
+        "id": "req-1",
+        "method": "SendMessage",
+        "params": {"message": {"role": "ROLE_USER", "messageId": "msg-1", "parts": [{"text": "hi"}]}},
+    }
+    bearer = "" if agent.is_public else ' -H "Authorization: Bearer $TOKEN"'
+    send = (
+        f"curl -s -X POST {shlex.quote(url)} -H 'Content-Type: application/json' -H 'A2A-Version: 1.0'"
+        f"{bearer} -d {shlex.quote(json.dumps(body))}"
+    )
+    if agent.is_public:
+        return [send]
+    token = (
+        f'TOKEN=$(curl -s -u "$CLIENT_ID:$CLIENT_SECRET" -d grant_type=client_credentials '
+        f"-d scope=a2a:invoke {shlex.quote(base_url + '/o/token/')} | python3 -c "
+        "'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')"
+    )
+    return [token, send]
+
+
+@require_GET
+@tenant_view()
+def agent_detail(request, slug: str):
+    agent = get_agent_for_tenant(request.console.tenant, slug)
+    if agent is None:
+        raise Http404("No such agent")
+    base_url = public_base_url(request)
+    url = agent_url(agent, base_url)
+    try:
+        card, card_error = json.dumps(card_dict(agent, base_url), indent=2, ensure_ascii=False), ""
+    except Exception as exc:  # a row edited outside the console may not make a card
+        card, card_error = "", str(exc)
+    return render_console(
+        request,
+        "console/agents/detail.html",
+        {
+            "agent": agent,
+            "endpoint": url,
+            "card_url": f"{url}.well-known/agent-card.json",
+            "card": card,
+            "card_error": card_error,
+            "curl": _curl_examples(agent, url, base_url),
+            "config": json.dumps(agent.config, indent=2, ensure_ascii=False),
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OWNER)
+def agent_create(request):
+    tenant = request.console.tenant
+    form = AgentForm(request.POST or None, tenant=tenant)
+    if request.method == "POST" and form.is_valid():
+        agent = form.save(commit=False)
+        agent.skills, agent.config = form.cleaned_data["skills"], form.cleaned_data["config"]
+        agent_register(tenant=tenant, user=request.user, agent=agent)
+        messages.success(request, f"Agent {agent.name} is registered and serving.")
+        return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
+    return render_console(request, "console/agents/form.html", {"form": form, "creating": True})
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OWNER)
+def agent_edit(request, slug: str):
+    tenant = request.console.tenant
+    agent = get_agent_for_tenant(tenant, slug)
+    if agent is None:
+        raise Http404("No such agent")
+    form = AgentForm(request.POST or None, instance=agent, tenant=tenant)
+    if request.method == "POST" and form.is_valid():
+        agent = form.save(commit=False)
+        agent.skills, agent.config = form.cleaned_data["skills"], form.cleaned_data["config"]
+        agent_update(user=request.user, agent=agent, changed=form.changed_data)
+        messages.success(request, "Agent saved.")
+        return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
+    return render_console(request, "console/agents/form.html", {"form": form, "agent": agent})
+
+
+@require_POST
+@tenant_view(Role.OWNER)
+def agent_toggle(request, slug: str):
+    agent = get_agent_for_tenant(request.console.tenant, slug)
+    if agent is None:
+        raise Http404("No such agent")
+    enabled = request.POST.get("enabled") == "1"
+    agent_set_enabled(user=request.user, agent=agent, enabled=enabled)
+    messages.success(request, f"Agent {'enabled' if enabled else 'disabled'}.")
+    return redirect("console:agent", tenant=agent.tenant.slug, slug=agent.slug)

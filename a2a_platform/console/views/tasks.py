@@ -1,0 +1,248 @@
+"""Task lists, the two operator queues, task detail and the operator actions."""
+
+import base64
+import binascii
+import re
+
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
+from django.apps import apps
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_POST
+
+from a2a_platform.console.access import Role, get_task_for_tenant, tenant_view
+from a2a_platform.console.presenters import STATE_LABELS, part_views, parts_text, timeline
+from a2a_platform.console.views.base import render_console
+from agents.models import Agent
+from tasks_app.access import parse_task_uuid
+from tasks_app.models import Artifact, Message, TaskState
+from tasks_app.operator import operator_answer, operator_authorize, operator_cancel
+
+MAX_ANSWER_CHARS = 10_000
+# Files an agent sent may be opened inline only as these types; anything else downloads.
+INLINE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf", "text/plain"}
+QUEUES = {
+    "input-required": (TaskState.INPUT_REQUIRED, "Input required"),
+    "auth-required": (TaskState.AUTH_REQUIRED, "Auth required"),
+}
+
+
+def _task_rows(tasks):
+    """Rows for the list templates; the preview comes from the select_related status message."""
+    rows = []
+    for task in tasks:
+        message = task.status_message
+        rows.append({"task": task, "preview": parts_text(message.parts) if message else ""})
+    return rows
+
+
+def _listing(tenant):
+    return tenant.tasks.select_related("agent", "context", "status_message")
+
+
+@require_GET
+@tenant_view()
+def task_list(request):
+    tenant = request.console.tenant
+    tasks = _listing(tenant)
+    filters = {
+        "agent": request.GET.get("agent", "").strip(),
+        "state": request.GET.get("state", "").strip(),
+        "context": request.GET.get("context", "").strip(),
+        "q": request.GET.get("q", "").strip(),
+    }
+    if filters["agent"]:
+        tasks = tasks.filter(agent__slug=filters["agent"])
+    if filters["state"] in STATE_LABELS:
+        tasks = tasks.filter(state=filters["state"])
+    if filters["context"]:
+        tasks = tasks.filter(context__context_id=filters["context"])
+    if filters["q"]:
+        text = filters["q"]
+        # Subqueries, not joins: a task with many matching messages stays one row.
+        match = Exists(Message.objects.filter(task=OuterRef("pk"), parts__icontains=text)) | Exists(
+            Artifact.objects.filter(task=OuterRef("pk"), parts__icontains=text)
+        )
+        task_pk = parse_task_uuid(text)
+        if task_pk is not None:
+            match |= Q(pk=task_pk)
+        tasks = tasks.filter(match)
+    page = Paginator(tasks.order_by("-updated_at", "pk"), settings.CONSOLE_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render_console(
+        request,
+        "console/tasks/list.html",
+        {
+            "page": page,
+            "rows": _task_rows(page.object_list),
+            "filters": filters,
+            "query": query.urlencode(),
+            "agents": Agent.objects.filter(tenant=tenant).order_by("name").values_list("slug", "name"),
+            "states": TaskState.choices,
+        },
+    )
+
+
+@require_GET
+@tenant_view()
+def task_queue(request, queue: str):
+    if queue not in QUEUES:
+        raise Http404()
+    state, title = QUEUES[queue]
+    tasks = _listing(request.console.tenant).filter(state=state).order_by("status_timestamp", "pk")
+    page = Paginator(tasks, settings.CONSOLE_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render_console(
+        request,
+        "console/tasks/queue.html",
+        {"page": page, "rows": _task_rows(page.object_list), "queue": queue, "title": title},
+    )
+
+
+def _push_deliveries(task):
+    """Push delivery attempts, once the push notification models are installed."""
+    try:
+        model = apps.get_model("tasks_app", "PushDelivery")
+    except LookupError:
+        return None
+    return list(
+        model.objects.filter(config__task=task).select_related("config").order_by("seq", "attempt")[:200]
+    )
+
+
+@require_GET
+@tenant_view()
+def task_detail(request, task_id):
+    task = get_task_for_tenant(request.console.tenant, task_id)
+    if task is None:
+        raise Http404("No such task")
+    conversation = [
+        {"message": message, "parts": part_views(message.parts)}
+        for message in task.messages.order_by("created_at", "pk")
+    ]
+    artifacts = [
+        {"artifact": artifact, "parts": part_views(artifact.parts)}
+        for artifact in task.artifacts.order_by("created_at", "pk")
+    ]
+    return render_console(
+        request,
+        "console/tasks/detail.html",
+        {
+            "task": task,
+            "prompt": part_views(task.status_message.parts) if task.status_message else [],
+            "conversation": conversation,
+            "artifacts": artifacts,
+            "timeline": timeline(task.events.order_by("seq")),
+            "deliveries": _push_deliveries(task),
+        },
+    )
+
+
+def _locked_task_or_404(request, task_id):
+    task = get_task_for_tenant(request.console.tenant, task_id, for_update=True)
+    if task is None:
+        raise Http404("No such task")
+    return task
+
+
+def _no_longer_waiting(request, task, what: str) -> None:
+    messages.error(
+        request,
+        f"This task was already {what} by someone else, or is no longer waiting: "
+        f"it is now {task.get_state_display().lower()}. Nothing was sent.",
+    )
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def task_answer(request, task_id):
+    text = request.POST.get("text", "").strip()
+    if not text or len(text) > MAX_ANSWER_CHARS:
+        messages.error(request, f"Write an answer (1 to {MAX_ANSWER_CHARS} characters).")
+        return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+    # The row lock makes a second operator wait for the first, then see the new state.
+    with transaction.atomic():
+        task = _locked_task_or_404(request, task_id)
+        if task.state != TaskState.INPUT_REQUIRED:
+            _no_longer_waiting(request, task, "answered")
+        else:
+            try:
+                operator_answer(task, request.user, text)
+            except UnsupportedOperationError:
+                _no_longer_waiting(request, task, "answered")
+            else:
+                messages.success(request, "Answer sent. The agent is working on it.")
+    return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def task_authorize(request, task_id):
+    decision = request.POST.get("decision")
+    if decision not in ("grant", "deny"):
+        messages.error(request, "Choose grant or deny.")
+        return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+    with transaction.atomic():
+        task = _locked_task_or_404(request, task_id)
+        if task.state != TaskState.AUTH_REQUIRED:
+            _no_longer_waiting(request, task, "decided")
+        else:
+            try:
+                operator_authorize(task, request.user, granted=decision == "grant")
+            except UnsupportedOperationError:
+                _no_longer_waiting(request, task, "decided")
+            else:
+                word = "granted" if decision == "grant" else "denied"
+                messages.success(request, f"Authorization {word}.")
+    return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def task_cancel(request, task_id):
+    with transaction.atomic():
+        task = _locked_task_or_404(request, task_id)
+        try:
+            operator_cancel(task, request.user)
+        except (TaskNotCancelableError, TaskNotFoundError):
+            messages.error(request, f"This task is already {task.get_state_display().lower()}.")
+        else:
+            messages.success(request, "Task canceled.")
+    return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+
+
+@require_GET
+@tenant_view()
+def artifact_download(request, task_id):
+    task = get_task_for_tenant(request.console.tenant, task_id)
+    index = request.GET.get("part", "")
+    index = int(index) if index.isdigit() else -1
+    # Files come in artifacts and in messages; both are looked up inside this task only.
+    if "artifact" in request.GET:
+        holder = Artifact.objects.filter(task=task, artifact_id=request.GET["artifact"])
+    else:
+        holder = Message.objects.filter(task=task, message_id=request.GET.get("message", ""))
+    holder = holder.first() if task else None
+    if holder is None or not 0 <= index < len(holder.parts) or "raw" not in holder.parts[index]:
+        raise Http404("No such file")
+    part = holder.parts[index]
+    try:
+        body = base64.b64decode(part["raw"], validate=False)
+    except (binascii.Error, ValueError):
+        raise Http404("The file is not readable") from None
+    media_type = str(part.get("mediaType", "")).lower()
+    # Agent-chosen names: keep a safe subset of characters for the header.
+    filename = re.sub(r"[^A-Za-z0-9._-]+", "_", str(part.get("filename") or f"part-{index}"))[:100]
+    inline = media_type in INLINE_TYPES and request.GET.get("inline") == "1"
+    response = HttpResponse(body, content_type=media_type if inline else "application/octet-stream")
+    response["Content-Disposition"] = f'{"inline" if inline else "attachment"}; filename="{filename}"'
+    # Even if opened, the file gets no scripts and no access to the console's origin.
+    response["Content-Security-Policy"] = "sandbox"
+    return response

@@ -1,0 +1,236 @@
+"""Push delivery to a real webhook receiver on loopback, through the running platform."""
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from a2a.types import a2a_pb2 as pb
+from google.protobuf.json_format import ParseDict
+
+from a2a_platform.tenants.models import Tenant
+from agents.models import Agent
+from tasks_app.models import PushDelivery, TaskEvent
+from tests.conftest import user_message
+
+
+class Receiver:
+    """A webhook on 127.0.0.1 that records every request and answers as scripted per path."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.failures: dict[str, int] = {}
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = min(int(self.headers.get("Content-Length") or 0), 1_000_000)
+                body = self.rfile.read(length)
+                with receiver.lock:
+                    failing = receiver.failures.get(self.path, 0) > 0
+                    if failing:
+                        receiver.failures[self.path] -= 1
+                    status = 500 if failing else 200
+                    receiver.requests.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": body, "status": status}
+                    )
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def received(self, path: str, *, succeeded_only: bool = False) -> list[dict]:
+        with self.lock:
+            return [
+                r for r in self.requests if r["path"] == path and (r["status"] == 200 or not succeeded_only)
+            ]
+
+    def wait_for(self, path: str, count: int, timeout: float = 10.0) -> list[dict]:
+        """The successful requests to path, once there are `count` of them (or the deadline passed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.received(path, succeeded_only=True)) >= count:
+                break
+            time.sleep(0.05)
+        # A short extra look catches anything sent twice.
+        time.sleep(0.3)
+        return self.received(path, succeeded_only=True)
+
+
+@pytest.fixture
+def receiver():
+    receiver = Receiver()
+    receiver.thread.start()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+    receiver.thread.join(timeout=5)
+
+
+def new_path() -> str:
+    return f"/hook/{uuid.uuid4().hex}"
+
+
+def send_with_push(rpc, text: str, push: dict, **message_fields) -> dict:
+    params = {
+        **user_message(text, f"push-{uuid.uuid4()}", **message_fields),
+        "configuration": {"taskPushNotificationConfig": push},
+    }
+    return rpc("SendMessage", params, **({"agent": push.pop("_agent")} if "_agent" in push else {}))
+
+
+def stored_payloads(task_id: str) -> list[dict]:
+    return list(TaskEvent.objects.filter(task_id=task_id).order_by("seq").values_list("payload", flat=True))
+
+
+def wait_settled(config_filter: dict, timeout: float = 10.0) -> list[PushDelivery]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = list(PushDelivery.objects.filter(**config_filter).order_by("seq", "attempt"))
+        if rows and not any(row.status in PushDelivery.OPEN for row in rows):
+            return rows
+        time.sleep(0.05)
+    return list(PushDelivery.objects.filter(**config_filter).order_by("seq", "attempt"))
+
+
+def test_webhook_gets_every_event_in_order_with_token_and_authorization(rpc, stored, receiver):
+    path = new_path()
+    push = {
+        "url": receiver.url(path),
+        "token": "tok-abc",
+        "authentication": {"scheme": "Bearer", "credentials": "s3cret"},
+    }
+    task = send_with_push(rpc, "hello push", push)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+
+    got = receiver.wait_for(path, 4)
+    bodies = [json.loads(r["body"]) for r in got]
+    assert [next(iter(body)) for body in bodies] == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"]
+    # Exactly the stored log, in order: each body is one StreamResponse.
+    assert bodies == stored_payloads(task["id"])
+    for body in bodies:
+        ParseDict(body, pb.StreamResponse())
+    assert bodies[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    for seq, request in enumerate(got, start=1):
+        headers = request["headers"]
+        assert headers["Content-Type"] == "application/a2a+json"
+        assert headers["X-A2A-Notification-Token"] == "tok-abc"
+        assert headers["Authorization"] == "Bearer s3cret"
+        assert headers["X-A2A-Event-Id"] == f"{task['id']}:{seq}"
+        assert headers["Host"] == f"127.0.0.1:{receiver.server.server_address[1]}"
+
+
+def test_a_receiver_failing_twice_still_gets_every_event_once_in_order(rpc, stored, receiver):
+    path = new_path()
+    receiver.failures[path] = 2
+    task = send_with_push(rpc, "flaky", {"url": receiver.url(path), "id": "flaky"})["result"]["task"]
+
+    got = receiver.wait_for(path, 4)
+    assert [r["headers"]["X-A2A-Event-Id"] for r in got] == [f"{task['id']}:{seq}" for seq in (1, 2, 3, 4)]
+    assert [json.loads(r["body"]) for r in got] == stored_payloads(task["id"])
+    # The two failures were both the first event: nothing overtook it while it was retried.
+    every = receiver.received(path)
+    assert [(r["status"], r["headers"]["X-A2A-Event-Id"]) for r in every[:3]] == [
+        (500, f"{task['id']}:1"),
+        (500, f"{task['id']}:1"),
+        (200, f"{task['id']}:1"),
+    ]
+    assert len(every) == 6
+
+    rows = wait_settled({"config__task_id": task["id"], "config__config_id": "flaky"})
+    assert [(r.seq, r.attempt, r.status, r.response_code) for r in rows] == [
+        (1, 1, "failed", 500),
+        (1, 2, "failed", 500),
+        (1, 3, "succeeded", 200),
+        (2, 1, "succeeded", 200),
+        (3, 1, "succeeded", 200),
+        (4, 1, "succeeded", 200),
+    ]
+    assert "500" in rows[0].error
+    # Backoff: the second retry waited longer than the first.
+    first_gap = rows[1].started_at - rows[0].finished_at
+    second_gap = rows[2].started_at - rows[1].finished_at
+    assert second_gap > first_gap
+
+
+def test_inline_config_is_stored_on_the_new_task_without_secrets(rpc, stored, receiver):
+    path = new_path()
+    push = {"url": receiver.url(path), "token": "inline-token"}
+    task = send_with_push(rpc, "inline", push)["result"]["task"]
+    configs = rpc("ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
+    assert len(configs) == 1
+    assert configs[0]["url"] == receiver.url(path) and configs[0]["taskId"] == task["id"]
+    assert "token" not in configs[0]
+    assert len(receiver.wait_for(path, 4)) == 4
+
+
+def test_a_refused_inline_config_stores_no_task(rpc, stored):
+    message_id = f"push-refused-{uuid.uuid4()}"
+    params = {
+        **user_message("nope", message_id),
+        "configuration": {"taskPushNotificationConfig": {"url": "ftp://127.0.0.1/hook"}},
+    }
+    answer = rpc("SendMessage", params)
+    assert answer["error"]["code"] == -32602
+    assert "scheme" in answer["error"]["message"]
+    assert not TaskEvent.objects.filter(task__messages__message_id=message_id).exists()
+
+
+def test_a_config_created_on_a_waiting_task_gets_the_events_from_then_on(rpc, stored, receiver):
+    Agent.objects.get_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="push-ask",
+        defaults={"name": "push-ask", "handler": "push-ask", "visibility": Agent.Visibility.PUBLIC},
+    )
+    first = rpc("SendMessage", user_message("paint it", f"ask-{uuid.uuid4()}"), agent="push-ask")
+    task = first["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    path = new_path()
+    created = rpc(
+        "CreateTaskPushNotificationConfig",
+        {"taskId": task["id"], "url": receiver.url(path), "token": "later"},
+        agent="push-ask",
+    )["result"]
+    assert created["taskId"] == task["id"]
+
+    answer = rpc(
+        "SendMessage", user_message("blue", f"ask-{uuid.uuid4()}", taskId=task["id"]), agent="push-ask"
+    )
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+    got = receiver.wait_for(path, 3)
+    bodies = [json.loads(r["body"]) for r in got]
+    # Events 1-2 happened before the config existed; the rest arrive in order.
+    assert [r["headers"]["X-A2A-Event-Id"] for r in got] == [f"{task['id']}:{seq}" for seq in (3, 4, 5)]
+    assert bodies == stored_payloads(task["id"])[2:]
+    assert bodies[1]["artifactUpdate"]["artifact"]["parts"] == [{"text": "Colour: blue"}]
+    assert bodies[2]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert all(r["headers"]["X-A2A-Notification-Token"] == "later" for r in got)
+
+
+def test_a_deleted_config_gets_no_more_events(rpc, stored, receiver):
+    Agent.objects.get_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="push-ask",
+        defaults={"name": "push-ask", "handler": "push-ask", "visibility": Agent.Visibility.PUBLIC},
+    )
+    path = new_path()
+    push = {"url": receiver.url(path), "id": "short-lived", "_agent": "push-ask"}
+    task = send_with_push(rpc, "paint it", push)["result"]["task"]
+    assert len(receiver.wait_for(path, 2)) == 2
+    rpc("DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "short-lived"}, agent="push-ask")
+    rpc("SendMessage", user_message("red", f"ask-{uuid.uuid4()}", taskId=task["id"]), agent="push-ask")
+    time.sleep(0.5)
+    assert len(receiver.received(path)) == 2

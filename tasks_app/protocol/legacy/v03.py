@@ -4,6 +4,8 @@ Shapes are converted with a2a-sdk's own 0.3 compat layer. Following the SDK,
 an absent `blocking` means blocking and a historyLength of 0 means "all".
 """
 
+import base64
+
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
 from a2a.types import a2a_pb2 as pb
@@ -56,7 +58,23 @@ def compat_push_config(config: dict) -> dict:
     )
 
 
+def _check_file_bytes(message: types_v03.Message) -> None:
+    # The SDK's conversion decodes leniently (non-alphabet characters are dropped),
+    # which would store garbage as an empty file; refuse it instead.
+    for index, part in enumerate(message.parts):
+        file = getattr(part.root, "file", None)
+        if isinstance(file, types_v03.FileWithBytes):
+            altchars = b"-_" if ("-" in file.bytes or "_" in file.bytes) else None
+            try:
+                base64.b64decode(file.bytes, altchars=altchars, validate=True)
+            except ValueError:
+                raise InvalidParamsError(
+                    message=f"Invalid params: message.parts[{index}].file.bytes is not base64"
+                ) from None
+
+
 def send_request(params: types_v03.MessageSendParams) -> pb.SendMessageRequest:
+    _check_file_bytes(params.message)
     try:
         request = pb.SendMessageRequest(message=conversions.to_core_message(params.message))
         if params.configuration:

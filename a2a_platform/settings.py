@@ -195,6 +195,9 @@ PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
 CELERY_BEAT_SCHEDULE["sweep-push"] = {"task": "tasks_app.tasks.sweep_push", "schedule": 30.0}
 
+# Bearer token for /metrics; unset means loopback only.
+METRICS_TOKEN = env_secret("METRICS_TOKEN")
+
 # --- Auth -----------------------------------------------------------------------
 OAUTH2_PROVIDER_APPLICATION_MODEL = "tenants.Application"
 OAUTH2_PROVIDER = {

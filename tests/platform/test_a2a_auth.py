@@ -1,0 +1,203 @@
+"""OAuth2 on the A2A endpoints: tokens, scopes, expiry, revocation, the flows, and the SDK client."""
+
+import base64
+import hashlib
+import secrets
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.helpers import new_text_message
+from a2a.types import GetTaskRequest, Role, SendMessageRequest, TaskState
+
+from tests.api import tenancy
+from tests.api.tenancy import new_message
+from tests.platform.test_a2a_isolation import jsonrpc, rest
+
+# The fixture, shared with tests/api.
+trio = tenancy.trio
+
+METHOD_SCOPES = [
+    ("SendMessage", "a2a:invoke", lambda: new_message("hi")),
+    ("CancelTask", "a2a:invoke", lambda: {"id": "00000000-0000-0000-0000-000000000000"}),
+    ("GetTask", "a2a:read", lambda: {"id": "00000000-0000-0000-0000-000000000000"}),
+    ("ListTasks", "a2a:read", dict),
+    ("SubscribeToTask", "a2a:read", lambda: {"id": "00000000-0000-0000-0000-000000000000"}),
+    (
+        "ListTaskPushNotificationConfigs",
+        "a2a:push",
+        lambda: {"taskId": "00000000-0000-0000-0000-000000000000"},
+    ),
+]
+
+
+@pytest.mark.parametrize("method,scope,params", METHOD_SCOPES, ids=[m[0] for m in METHOD_SCOPES])
+def test_a_token_without_the_methods_scope_is_refused_with_403(trio, method, scope, params):
+    others = [s for s in ("a2a:invoke", "a2a:read", "a2a:push", "agents:manage") if s != scope]
+    answer = jsonrpc(trio, "acme", "vault", method, params(), trio.token("acme", others))
+    assert answer.status_code == 403
+    assert 'error="insufficient_scope"' in answer.headers["WWW-Authenticate"]
+    assert scope in answer.json()["error"]["message"]
+
+
+def test_rest_refuses_wrong_scope_with_403(trio):
+    answer = rest(trio, "acme", "vault", "GET", "tasks", trio.token("acme", ["a2a:invoke"]))
+    assert answer.status_code == 403
+    assert answer.json()["error"]["status"] == "PERMISSION_DENIED"
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+def test_no_token_on_an_authenticated_agent_gets_401_with_a_challenge(trio, binding):
+    if binding == "jsonrpc":
+        answer = jsonrpc(trio, "acme", "vault", "SendMessage", new_message(), None)
+        assert answer.json()["error"]["message"].startswith("Authentication required")
+    else:
+        answer = rest(trio, "acme", "vault", "POST", "message:send", None, new_message())
+        assert answer.json()["error"]["status"] == "UNAUTHENTICATED"
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"].startswith('Bearer realm="a2a/acme/vault"')
+
+
+def test_expired_token_is_refused_with_401(trio):
+    expired = trio.token("acme", expires_in=-5)
+    answer = jsonrpc(trio, "acme", "vault", "ListTasks", {}, expired)
+    assert answer.status_code == 401
+    assert 'error="invalid_token"' in answer.headers["WWW-Authenticate"]
+    assert rest(trio, "acme", "vault", "GET", "tasks", expired).status_code == 401
+
+
+def test_token_revoked_at_the_revocation_endpoint_is_refused(trio):
+    client = trio.clients["acme"]
+    token = trio.client_credentials_token(client).json()["access_token"]
+    assert jsonrpc(trio, "acme", "vault", "ListTasks", {}, token).status_code == 200
+    revoked = httpx.post(
+        f"{trio.base_url}/o/revoke_token/", data={"token": token}, auth=(client.client_id, client.secret)
+    )
+    assert revoked.status_code == 200
+    assert jsonrpc(trio, "acme", "vault", "ListTasks", {}, token).status_code == 401
+
+
+def test_client_credentials_token_gets_only_the_clients_allowed_scopes(trio, stored):
+    from a2a_platform.tenants.services import oauth_client_create
+
+    app, secret = oauth_client_create(
+        tenant=trio.tenants["acme"], actor="system:test", name="reader", scopes=["a2a:read"]
+    )
+    client = type(trio.clients["acme"])(app.client_id, secret)
+    default = trio.client_credentials_token(client).json()
+    assert default["scope"] == "a2a:read"
+    refused = trio.client_credentials_token(client, scope="a2a:read agents:manage")
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_scope"
+    reader = default["access_token"]
+    assert jsonrpc(trio, "acme", "vault", "ListTasks", {}, reader).status_code == 200
+    assert jsonrpc(trio, "acme", "vault", "SendMessage", new_message(), reader).status_code == 403
+
+
+def test_wrong_client_secret_gets_no_token(trio):
+    client = trio.clients["acme"]
+    answer = trio.client_credentials_token(type(client)(client.client_id, "wrong"))
+    assert answer.status_code == 401 and answer.json()["error"] == "invalid_client"
+
+
+def _pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return verifier, challenge
+
+
+def _authorize(trio, username: str, client_id: str, challenge: str) -> httpx.Response:
+    from django.test import Client
+
+    from a2a_platform.tenants.models import Application
+
+    # The consent screen is DOT's; this client is trusted, so the code comes at once.
+    Application.objects.filter(client_id=client_id).update(skip_authorization=True)
+    browser = Client()
+    browser.force_login(trio.users[username])
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": "http://127.0.0.1/cb",
+        "scope": "a2a:invoke a2a:read",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "state": "xyz",
+    }
+    return httpx.get(
+        f"{trio.base_url}/o/authorize/",
+        params=query,
+        cookies={"sessionid": browser.cookies["sessionid"].value},
+        follow_redirects=False,
+        timeout=30,
+    )
+
+
+def test_authorization_code_with_pkce_gives_a_member_a_token_that_acts_as_them(trio):
+    client = trio.clients["acme-interactive"]
+    verifier, challenge = _pkce()
+    redirect = _authorize(trio, "bob", client.client_id, challenge)
+    assert redirect.status_code == 302, redirect.text
+    code = parse_qs(urlparse(redirect.headers["Location"]).query)["code"][0]
+    token = httpx.post(
+        f"{trio.base_url}/o/token/",
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": "http://127.0.0.1/cb",
+            "client_id": client.client_id,
+            "code_verifier": verifier,
+        },
+    ).json()
+    assert token["scope"] == "a2a:invoke a2a:read"
+    sent = jsonrpc(trio, "acme", "vault", "SendMessage", new_message("from bob"), token["access_token"])
+    task = sent.json()["result"]["task"]
+    from tasks_app.models import Task
+
+    assert Task.objects.get(pk=task["id"]).owner == f"user:{trio.users['bob'].pk}"
+
+
+def test_authorization_code_is_refused_to_someone_outside_the_tenant(trio):
+    verifier, challenge = _pkce()
+    redirect = _authorize(trio, "charlie", trio.clients["acme-interactive"].client_id, challenge)
+    assert redirect.status_code == 302
+    query = parse_qs(urlparse(redirect.headers["Location"]).query)
+    assert query.get("error") == ["access_denied"] and "code" not in query
+
+
+async def test_sdk_client_gets_a_token_by_client_credentials_and_calls_the_authenticated_agent(trio):
+    client_creds = trio.clients["acme"]
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            f"{trio.base_url}/o/token/",
+            data={"grant_type": "client_credentials", "scope": "a2a:invoke a2a:read"},
+            auth=(client_creds.client_id, client_creds.secret),
+        )
+    token = answer.json()["access_token"]
+    headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        card = (await http.get(f"{trio.base_url}/a2a/acme/vault/.well-known/agent-card.json")).json()
+        flow = card["securitySchemes"]["oauth2"]["oauth2SecurityScheme"]["flows"]["clientCredentials"]
+        assert flow["tokenUrl"] == f"{trio.base_url}/o/token/"
+        client = await create_client(
+            f"{trio.base_url}/a2a/acme/vault/", client_config=ClientConfig(streaming=True, httpx_client=http)
+        )
+        request = SendMessageRequest(message=new_text_message("sdk hello", role=Role.ROLE_USER))
+        events = [event async for event in client.send_message(request)]
+        task_id = events[0].task.id
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        fetched = await client.get_task(GetTaskRequest(id=task_id))
+        assert "sdk hello" in fetched.artifacts[0].parts[0].text
+    async with httpx.AsyncClient(headers={"A2A-Version": "1.0"}, timeout=30) as anonymous:
+        refused = await anonymous.post(
+            f"{trio.base_url}/a2a/acme/vault/",
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}},
+        )
+    assert refused.status_code == 401
+
+
+def test_extended_card_is_served_to_an_authenticated_caller_only(trio):
+    extended = jsonrpc(trio, "acme", "vault", "GetExtendedAgentCard", {}, trio.token("acme"))
+    assert extended.status_code == 200 and extended.json()["result"]["name"] == "Vault"
+    assert jsonrpc(trio, "acme", "vault", "GetExtendedAgentCard", {}, None).status_code == 401
+    assert rest(trio, "acme", "vault", "GET", "extendedAgentCard", None).status_code == 401

@@ -2,6 +2,7 @@ import json
 import shlex
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import redirect
@@ -9,9 +10,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from a2a_platform.console.access import Role, get_agent_for_tenant, tenant_view
 from a2a_platform.console.forms import AgentForm
-from a2a_platform.console.services import agent_register, agent_set_enabled, agent_update
-from a2a_platform.console.views.base import render_console
+from a2a_platform.console.views.base import actor, render_console
+from a2a_platform.tenants.services import agent_register, agent_update
 from agents.cards import agent_url, card_dict, public_base_url
+
+# What the form hands to the services besides the slug (fixed at registration).
+AGENT_FORM_FIELDS = ("name", "handler", "description", "version", "visibility", "enabled", "skills", "config")
 
 
 @require_GET
@@ -76,11 +80,16 @@ def agent_create(request):
     tenant = request.console.tenant
     form = AgentForm(request.POST or None, tenant=tenant)
     if request.method == "POST" and form.is_valid():
-        agent = form.save(commit=False)
-        agent.skills, agent.config = form.cleaned_data["skills"], form.cleaned_data["config"]
-        agent_register(tenant=tenant, user=request.user, agent=agent)
-        messages.success(request, f"Agent {agent.name} is registered and serving.")
-        return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
+        fields = {name: form.cleaned_data[name] for name in AGENT_FORM_FIELDS}
+        try:
+            agent = agent_register(
+                tenant=tenant, actor=actor(request), slug=form.cleaned_data["slug"], **fields
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Agent {agent.name} is registered and serving.")
+            return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
     return render_console(request, "console/agents/form.html", {"form": form, "creating": True})
 
 
@@ -93,11 +102,14 @@ def agent_edit(request, slug: str):
         raise Http404("No such agent")
     form = AgentForm(request.POST or None, instance=agent, tenant=tenant)
     if request.method == "POST" and form.is_valid():
-        agent = form.save(commit=False)
-        agent.skills, agent.config = form.cleaned_data["skills"], form.cleaned_data["config"]
-        agent_update(user=request.user, agent=agent, changed=form.changed_data)
-        messages.success(request, "Agent saved.")
-        return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
+        changed = {name: form.cleaned_data[name] for name in form.changed_data if name in AGENT_FORM_FIELDS}
+        try:
+            agent_update(agent=agent, actor=actor(request), **changed)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, "Agent saved." if changed else "Nothing changed.")
+            return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
     return render_console(request, "console/agents/form.html", {"form": form, "agent": agent})
 
 
@@ -108,6 +120,6 @@ def agent_toggle(request, slug: str):
     if agent is None:
         raise Http404("No such agent")
     enabled = request.POST.get("enabled") == "1"
-    agent_set_enabled(user=request.user, agent=agent, enabled=enabled)
+    agent_update(agent=agent, actor=actor(request), enabled=enabled)
     messages.success(request, f"Agent {'enabled' if enabled else 'disabled'}.")
     return redirect("console:agent", tenant=agent.tenant.slug, slug=agent.slug)

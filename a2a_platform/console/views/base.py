@@ -32,6 +32,11 @@ def queue_counts(tenant) -> dict[str, int]:
     }
 
 
+def actor(request) -> str:
+    """The audit log's name for the signed-in user."""
+    return f"user:{request.user.username}"
+
+
 def render_console(request, template: str, context: dict, status: int = 200) -> HttpResponse:
     access = request.console
     context = {

@@ -6,9 +6,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from a2a_platform.console.access import Role, tenant_view
 from a2a_platform.console.forms import ClientForm
-from a2a_platform.console.services import client_create, client_revoke
-from a2a_platform.console.views.base import render_console
+from a2a_platform.console.views.base import actor, render_console
 from a2a_platform.tenants.models import Application
+from a2a_platform.tenants.services import oauth_client_create, oauth_client_revoke
 
 
 @require_GET
@@ -23,9 +23,9 @@ def client_list(request):
 def client_new(request):
     form = ClientForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        client, secret = client_create(
+        client, secret = oauth_client_create(
             tenant=request.console.tenant,
-            user=request.user,
+            actor=actor(request),
             name=form.cleaned_data["name"],
             scopes=form.cleaned_data["scopes"],
         )
@@ -45,6 +45,6 @@ def client_revoke_view(request, client_id: str):
     if client is None:
         raise Http404("No such client")
     if client.revoked_at is None:
-        client_revoke(user=request.user, client=client)
+        oauth_client_revoke(client=client, actor=actor(request))
         messages.success(request, f"Client {client.name} is revoked; its tokens no longer work.")
     return redirect("console:clients", tenant=request.console.tenant.slug)

@@ -1,0 +1,133 @@
+"""Browser fixtures for the console: Debian's Chromium driven by Playwright, and the people.
+
+The tenant trio, as tests/api has it: acme with owner alice, operator bob and
+viewer dave; globex with owner charlie. The console adds a second acme operator
+(dora) and a globex operator (erin).
+Playwright's sync API runs only in plain (sync) tests; the a2a-sdk client runs
+in a thread of its own with its own event loop (see tests/console/callers.py).
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from a2a_platform.tenants.models import Membership, Tenant
+from agents.models import Agent
+from tests.live import ROOT
+
+# The same password as the API tests' trio: both suites make these users, whichever runs first.
+PASSWORD = "correct horse battery staple"
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PEOPLE = {
+    "alice": ("acme", Membership.Role.OWNER),
+    "bob": ("acme", Membership.Role.OPERATOR),
+    "dora": ("acme", Membership.Role.OPERATOR),
+    "dave": ("acme", Membership.Role.VIEWER),
+    "charlie": ("globex", Membership.Role.OWNER),
+    "erin": ("globex", Membership.Role.OPERATOR),
+}
+
+
+_orm_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="console-orm")
+
+
+def orm(function, *args, **kwargs):
+    """Run ORM code off the main thread.
+
+    Playwright's sync API keeps an event loop running on the main thread, and
+    Django refuses database calls from a thread with a running loop.
+    """
+    return _orm_thread.submit(function, *args, **kwargs).result()
+
+
+@pytest.fixture(scope="session")
+def people(stored):
+    """The tenants and their members; returns {username: User}."""
+    return orm(_make_people)
+
+
+def _make_people() -> dict:
+    users = {}
+    for username, (slug, role) in PEOPLE.items():
+        tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug.title()})
+        user, created = get_user_model().objects.get_or_create(username=username)
+        if created:
+            user.set_password(PASSWORD)
+            user.save()
+        Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
+        users[username] = user
+    return users
+
+
+@pytest.fixture(scope="session")
+def acme_agent(people):
+    """Make a public agent of acme with a registry handler; returns its slug."""
+
+    def make(slug: str, handler: str) -> str:
+        orm(
+            lambda: Agent.objects.update_or_create(
+                tenant=Tenant.objects.get(slug="acme"),
+                slug=slug,
+                defaults={"name": slug.capitalize(), "handler": handler, "enabled": True},
+            )
+        )
+        return slug
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def sign_in(browser, server, people):
+    """sign_in("bob") -> a Playwright page of a fresh browser context, signed in as bob."""
+    contexts = []
+
+    def open_as(username: str):
+        context = browser.new_context(base_url=server.base_url, viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto("/console/")
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/console/t/**")
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+
+
+def wait_live(page) -> None:
+    """Wait until the page's live feed is connected."""
+    page.wait_for_selector("body[data-live-state=open]")
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

@@ -50,3 +50,17 @@ def unique(prefix: str) -> str:
 
 def stored_counts() -> tuple[int, ...]:
     return tuple(model.objects.count() for model in (Context, Task, Message, TaskEvent))
+
+
+def other_tenant_echo():
+    """A second tenant with its own public `echo` agent: same URL shape, different tenant."""
+    from a2a_platform.tenants.models import Tenant
+    from agents.models import Agent
+
+    tenant, _ = Tenant.objects.get_or_create(slug="globex", defaults={"name": "Globex"})
+    Agent.objects.get_or_create(
+        tenant=tenant,
+        slug="echo",
+        defaults={"name": "Globex echo", "handler": "echo", "visibility": Agent.Visibility.PUBLIC},
+    )
+    return tenant.slug

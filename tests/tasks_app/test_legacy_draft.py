@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tasks_app.models import Task
-from tests.tasks_app.legacy_helpers import post, stored_counts, stream, unique
+from tests.tasks_app.legacy_helpers import other_tenant_echo, post, stored_counts, stream, unique
 
 # The seed's tasks/send example, verbatim.
 SEED_SEND = {
@@ -258,6 +258,20 @@ def test_unknown_and_foreign_tasks_are_not_found(server, stored):
     assert post(server, "tasks/cancel", {"id": task_id}, agent="clarify")["error"]["code"] == -32001
 
 
+def test_another_tenants_agent_cannot_see_or_take_over_the_task(server, stored):
+    task_id = unique("draft-tenant")
+    post(server, "tasks/send", text_send(task_id, "demo's"))
+    tenant = other_tenant_echo()
+    assert post(server, "tasks/get", {"id": task_id}, tenant=tenant)["error"]["code"] == -32001
+    # The same id there names a task of that tenant's own, not ours.
+    theirs = post(server, "tasks/send", text_send(task_id, "globex's"), tenant=tenant)["result"]
+    assert theirs["id"] == task_id
+    assert "globex's" in theirs["artifacts"][0]["parts"][0]["text"]
+    ours = post(server, "tasks/get", {"id": task_id})["result"]
+    assert "demo's" in ours["artifacts"][0]["parts"][0]["text"]
+    assert Task.objects.filter(client_task_id=task_id).count() == 2
+
+
 GOOD = text_send("bad-input-task", "x")
 
 
@@ -292,6 +306,11 @@ GOOD = text_send("bad-input-task", "x")
             "tasks/send",
             {**GOOD, "message": {"role": "user", "parts": [{"type": "data", "data": 3}]}},
             id="data-not-object",
+        ),
+        pytest.param(
+            "tasks/send",
+            {**GOOD, "message": {"role": "user", "parts": [{"type": ["text"], "text": "x"}]}},
+            id="list-type",
         ),
         pytest.param("tasks/send", {**GOOD, "historyLength": -1}, id="negative-history"),
         pytest.param("tasks/send", {**GOOD, "sessionId": ["x"]}, id="list-session"),

@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from tasks_app.models import Task
-from tests.tasks_app.legacy_helpers import post, stored_counts, stream, unique
+from tests.tasks_app.legacy_helpers import other_tenant_echo, post, stored_counts, stream, unique
 
 
 def message(text: str, **fields) -> dict:
@@ -162,6 +162,16 @@ def test_another_agents_task_is_not_found(server, stored):
     assert Task.objects.filter(pk=task["id"], agent__slug="echo").exists()
 
 
+def test_another_tenants_agent_cannot_see_the_task(server, stored):
+    task = post(server, "message/send", message("acme's"))["result"]
+    tenant = other_tenant_echo()
+    assert post(server, "tasks/get", {"id": task["id"]}, tenant=tenant)["error"]["code"] == -32001
+    assert post(server, "tasks/cancel", {"id": task["id"]}, tenant=tenant)["error"]["code"] == -32001
+    follow_up = post(server, "message/send", message("mine now", taskId=task["id"]), tenant=tenant)
+    assert follow_up["error"]["code"] == -32001
+    assert Task.objects.get(pk=task["id"]).messages.filter(role="user").count() == 1
+
+
 def test_the_version_header_does_not_change_the_dialect(server, stored):
     body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": message("v")}
     response = httpx.post(server.agent_url("echo"), json=body, headers={"A2A-Version": "1.0"}, timeout=30)
@@ -202,3 +212,35 @@ def test_bad_input_gets_invalid_params_and_stores_nothing(server, stored, method
     assert answer["error"]["code"] == -32602, answer
     assert answer["error"]["message"]
     assert stored_counts() == before
+
+
+async def test_the_sdks_own_0_3_client_transport_works_against_us(server, stored):
+    from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
+    from a2a.helpers import new_text_message
+    from a2a.types import a2a_pb2 as pb
+    from a2a.utils.errors import TaskNotCancelableError
+
+    transport = CompatJsonRpcTransport(httpx.AsyncClient(timeout=30), None, server.agent_url("echo"))
+    try:
+        sent = await transport.send_message(
+            pb.SendMessageRequest(message=new_text_message("from 0.3", role=pb.ROLE_USER))
+        )
+        assert sent.task.status.state == pb.TASK_STATE_COMPLETED
+        assert "from 0.3" in sent.task.artifacts[0].parts[0].text
+
+        streamed = [
+            event
+            async for event in transport.send_message_streaming(
+                pb.SendMessageRequest(message=new_text_message("streamed 0.3", role=pb.ROLE_USER))
+            )
+        ]
+        kinds = [event.WhichOneof("payload") for event in streamed]
+        assert kinds == ["task", "status_update", "artifact_update", "status_update"]
+        assert streamed[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+        fetched = await transport.get_task(pb.GetTaskRequest(id=sent.task.id))
+        assert fetched.id == sent.task.id and fetched.status.state == pb.TASK_STATE_COMPLETED
+        with pytest.raises(TaskNotCancelableError):
+            await transport.cancel_task(pb.CancelTaskRequest(id=sent.task.id))
+    finally:
+        await transport.close()

@@ -33,12 +33,14 @@ def start_embedded_worker() -> None:
 def _sweep_forever() -> None:
     from django.db import close_old_connections
 
+    from tasks_app.push import push_sweep
     from tasks_app.turns import turn_sweep
 
     stop = threading.Event()
     while not stop.wait(30):
         try:
             turn_sweep()
+            push_sweep()
         except Exception:
             logger.exception("Turn sweep failed")
         finally:

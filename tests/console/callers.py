@@ -1,7 +1,7 @@
 """An A2A caller using the official a2a-sdk client in a thread of its own.
 
 Browser tests drive Playwright's sync API on the main thread; the caller runs
-its own event loop here and reports what its streams saw through a queue.
+its own event loop here and records what its streams saw on the object.
 """
 
 import asyncio

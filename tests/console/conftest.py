@@ -104,7 +104,7 @@ def sign_in(browser, server, people):
     """sign_in("bob") -> a Playwright page of a fresh browser context, signed in as bob."""
     contexts = []
 
-    def open_as(username: str):
+    def open_as(username: str, lands_on: str = "**/console/t/**"):
         context = browser.new_context(base_url=server.base_url, viewport={"width": 1280, "height": 900})
         context.set_default_timeout(15_000)
         contexts.append(context)
@@ -113,7 +113,7 @@ def sign_in(browser, server, people):
         page.get_by_label("Username").fill(username)
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url("**/console/t/**")
+        page.wait_for_url(lands_on)
         return page
 
     yield open_as

@@ -1,0 +1,137 @@
+"""Roles and tenants in the console: viewers only look, other tenants see nothing."""
+
+import uuid
+
+from playwright.sync_api import expect
+
+from tasks_app.models import Message, Task
+from tests.conftest import user_message
+from tests.console.conftest import orm
+
+
+def _waiting_task(rpc, agent: str) -> str:
+    result = rpc(
+        "SendMessage", user_message("Plan the offsite", f"msg-{uuid.uuid4()}"), agent=agent, tenant="acme"
+    )
+    task = result["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    return task["id"]
+
+
+def _user_messages(task_id: str) -> int:
+    return Message.objects.filter(task_id=task_id, role=Message.Role.USER).count()
+
+
+def _csrf(page) -> str:
+    return next(cookie["value"] for cookie in page.context.cookies() if cookie["name"] == "csrftoken")
+
+
+def test_signed_out_visitors_are_sent_to_sign_in(server, browser):
+    context = browser.new_context(base_url=server.base_url)
+    page = context.new_page()
+    page.goto("/console/t/acme/tasks/")
+    assert "/console/login/?next=/console/t/acme/tasks/" in page.url
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    context.close()
+
+
+def test_a_viewer_cannot_answer_or_cancel(server, sign_in, acme_agent, rpc):
+    task_id = _waiting_task(rpc, acme_agent("clarify", "clarify"))
+    dave = sign_in("dave")
+    detail = f"/console/t/acme/tasks/{task_id}/"
+    dave.goto(detail)
+    expect(dave.get_by_test_id("task-state")).to_have_text("Input required")
+    expect(dave.get_by_text("You have read-only access")).to_be_visible()
+    assert dave.get_by_role("button", name="Send answer").count() == 0
+    assert dave.get_by_role("button", name="Cancel task").count() == 0
+    assert dave.get_by_label("Your answer").count() == 0
+
+    # A hand-made POST with a valid CSRF token is refused all the same.
+    for action, form in [
+        ("answer", {"text": "sneaky"}),
+        ("cancel", {}),
+        ("authorize", {"decision": "grant"}),
+    ]:
+        response = dave.request.post(
+            f"{detail}{action}",
+            form={**form, "csrfmiddlewaretoken": _csrf(dave)},
+            headers={"X-CSRFToken": _csrf(dave)},
+        )
+        assert response.status == 403, action
+    assert orm(lambda: Task.objects.get(pk=task_id).state) == "input-required"
+    assert orm(_user_messages, task_id) == 1
+
+
+def test_a_post_without_csrf_token_is_refused(server, sign_in, acme_agent, rpc):
+    task_id = _waiting_task(rpc, acme_agent("clarify", "clarify"))
+    bob = sign_in("bob")
+    response = bob.request.post(f"/console/t/acme/tasks/{task_id}/answer", form={"text": "no token"})
+    assert response.status == 403
+    assert orm(_user_messages, task_id) == 1
+
+
+def test_an_operator_of_another_tenant_sees_nothing(server, sign_in, acme_agent, rpc):
+    task_id = _waiting_task(rpc, acme_agent("clarify", "clarify"))
+    erin = sign_in("erin")
+    assert "/console/t/globex/" in erin.url
+    # The same answer as for a task that does not exist.
+    assert erin.goto(f"/console/t/acme/tasks/{task_id}/").status == 404
+    assert erin.goto(f"/console/t/acme/tasks/{uuid.uuid4()}/").status == 404
+    assert erin.goto("/console/t/acme/").status == 404
+    assert erin.goto("/console/t/acme/queues/input-required/").status == 404
+    assert erin.goto(f"/console/t/globex/tasks/{task_id}/").status == 404
+    for path in ("/console/t/globex/tasks/", "/console/t/globex/queues/input-required/"):
+        erin.goto(path)
+        assert erin.locator(f'tr[data-key="{task_id}"]').count() == 0
+        expect(erin.locator("main")).not_to_contain_text("Plan the offsite")
+    erin.goto("/console/t/globex/queues/input-required/")
+    expect(erin.locator("#queue-rows")).to_contain_text("Nothing is waiting")
+    # The tenant switcher offers only her own tenant.
+    expect(erin.locator(".switcher li")).to_have_count(1)
+    # A forged answer to acme's task finds nothing either.
+    response = erin.request.post(
+        f"/console/t/acme/tasks/{task_id}/answer",
+        form={"text": "hi", "csrfmiddlewaretoken": _csrf(erin)},
+        headers={"X-CSRFToken": _csrf(erin)},
+    )
+    assert response.status == 404
+    # And acme's live feed does not open for her.
+    opened = erin.evaluate(
+        """url => new Promise(resolve => {
+            const socket = new WebSocket(url);
+            socket.onopen = () => { socket.close(); resolve(true); };
+            socket.onclose = () => resolve(false);
+        })""",
+        server.base_url.replace("http", "ws") + "/console/t/acme/feed/",
+    )
+    assert opened is False
+    assert orm(_user_messages, task_id) == 1
+
+
+def test_two_operators_answer_the_same_prompt_and_only_one_answer_counts(server, sign_in, acme_agent, rpc):
+    task_id = _waiting_task(rpc, acme_agent("clarify", "clarify"))
+    pages = {"bob": sign_in("bob"), "dora": sign_in("dora")}
+    for name, page in pages.items():
+        page.goto(f"/console/t/acme/tasks/{task_id}/")
+        page.get_by_label("Your answer").fill(f"Answer from {name}")
+    # Both press "Send answer" at (nearly) the same moment.
+    for page in pages.values():
+        page.evaluate("document.querySelector('form.answer').requestSubmit()")
+    flashes = {}
+    for name, page in pages.items():
+        page.wait_for_url(f"**/console/t/acme/tasks/{task_id}/")
+        flashes[name] = page.locator(".flash").inner_text()
+    winners = [name for name, text in flashes.items() if "Answer sent" in text]
+    losers = [name for name, text in flashes.items() if "already answered" in text]
+    assert len(winners) == 1 and len(losers) == 1, flashes
+    expect(pages[losers[0]].locator(".flash")).to_contain_text("Nothing was sent")
+
+    # The task finishes with the winner's answer, and it received exactly one.
+    expect(pages[winners[0]].get_by_test_id("task-state")).to_have_text("Completed", timeout=30_000)
+    assert orm(_user_messages, task_id) == 2
+    texts = orm(
+        lambda: [
+            m.parts[0]["text"] for m in Message.objects.filter(task_id=task_id, role="user").order_by("pk")
+        ]
+    )
+    assert texts == ["Plan the offsite", f"Answer from {winners[0]}"]

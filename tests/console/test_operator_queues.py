@@ -52,11 +52,14 @@ def test_an_admin_registers_clarify_and_an_operator_answers_it_live(server, sign
     bob = sign_in("bob")
     bob.goto("/console/t/acme/queues/input-required/")
     wait_live(bob)
+    # A marker that a reload would wipe: the row must arrive in this same document.
+    bob.evaluate("window.__sameDocument = true")
     caller = StreamingCaller(server.agent_url(slug, "acme"), "Summarise our Q3 results").start()
     row, took = _wait_for_row(bob, caller)
     assert caller.interrupted_state == TaskState.TASK_STATE_INPUT_REQUIRED
-    # No reload happened: the page's own marker survives only in the same document.
+    assert bob.evaluate("window.__sameDocument") is True
     assert took < APPEAR_WITHIN, f"the task took {took:.2f}s to appear in the queue"
+    expect(bob.get_by_test_id("input-count")).not_to_have_text("0")
     expect(row).to_contain_text("who is this for")
     expect(row).to_contain_text("Clarifier")
     screenshot(bob, "queue-input-required")

@@ -1,11 +1,12 @@
-"""What an agent wrote is shown as text: nothing from agent output or artifact names runs."""
+"""Task detail: what an agent wrote is shown as text (nothing from agent output or
+artifact names runs), files download, and push delivery attempts are listed."""
 
 import base64
 import uuid
 
 from playwright.sync_api import expect
 
-from tasks_app.models import Artifact, Task
+from tasks_app.models import Artifact, PushConfig, PushDelivery, Task
 from tests.conftest import user_message
 from tests.console.conftest import orm, screenshot
 
@@ -30,11 +31,32 @@ def _add_hostile_artifact(task_id: str) -> None:
     )
 
 
+def _add_push_attempts(task_id: str) -> None:
+    task = Task.objects.get(pk=task_id)
+    config = PushConfig.objects.create(
+        tenant=task.tenant, task=task, config_id="hook-1", url="https://hooks.example.test/a2a"
+    )
+    event = task.events.order_by("seq").last()
+    PushDelivery.objects.create(
+        config=config,
+        event=event,
+        seq=event.seq,
+        attempt=1,
+        status="failed",
+        response_code=502,
+        error="<script>alert('push')</script> bad gateway",
+    )
+    PushDelivery.objects.create(
+        config=config, event=event, seq=event.seq, attempt=2, status="succeeded", response_code=204
+    )
+
+
 def test_agent_output_with_script_renders_as_text(server, sign_in, acme_agent, rpc):
     slug = acme_agent("echo", "echo")
     result = rpc("SendMessage", user_message(SCRIPT, f"msg-{uuid.uuid4()}"), agent=slug, tenant="acme")
     task_id = result["result"]["task"]["id"]
     orm(_add_hostile_artifact, task_id)
+    orm(_add_push_attempts, task_id)
 
     alice = sign_in("alice")
     dialogs = []
@@ -54,6 +76,13 @@ def test_agent_output_with_script_renders_as_text(server, sign_in, acme_agent, r
     assert dialogs == []
     assert alice.evaluate("window.__pwned") is None
     assert alice.locator("#artifacts script, #conversation script, #artifacts img").count() == 0
+    push = alice.locator("#push tbody tr")
+    expect(push).to_have_count(2)
+    expect(push.nth(0)).to_contain_text("Failed (retried)")
+    expect(push.nth(0)).to_contain_text("502")
+    expect(push.nth(0)).to_contain_text("<script>alert('push')</script> bad gateway")
+    expect(push.nth(1)).to_contain_text("Succeeded")
+    assert alice.locator("#push script").count() == 0
     screenshot(alice, "task-detail-escaped")
 
     # The file downloads with its bytes intact and a harmless name.

@@ -18,6 +18,8 @@ from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidAgentResponseError
 from asgiref.sync import async_to_sync, sync_to_async
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import InMemoryChannelLayer, channel_layers
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -144,13 +146,28 @@ def _uuids(values: list[str]) -> list[str]:
 
 async def _wait_for_end(task_pk) -> None:
     """Return when the task is canceled (or otherwise ended) from outside."""
-    async with Subscription(task_pk) as subscription:
-        while True:
-            if await sync_to_async(_is_terminal)(task_pk):
-                return
-            message = await subscription.receive(timeout=5.0)
-            if message is not None and message.get("type") == "task.cancel":
-                return
+    subscription = Subscription(task_pk)
+    # A channels_redis layer object receives on one event loop at a time ("Two
+    # event loops are trying to receive() on one channel layer at once!"), and
+    # each worker thread runs its turn on a loop of its own: two concurrent turns
+    # sharing the process-wide layer made one watcher crash, which aborted its
+    # turn. So each turn watches through a layer object of its own. The embedded
+    # in-process layer must stay shared (it is the only copy of the messages).
+    private_layer = not isinstance(subscription.layer, InMemoryChannelLayer)
+    if private_layer:
+        subscription.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+    try:
+        async with subscription:
+            while True:
+                if await sync_to_async(_is_terminal)(task_pk):
+                    return
+                message = await subscription.receive(timeout=5.0)
+                if message is not None and message.get("type") == "task.cancel":
+                    return
+    finally:
+        if private_layer:
+            with suppress(Exception):
+                await subscription.layer.close_pools()
 
 
 def _is_terminal(task_pk) -> bool:
@@ -208,7 +225,14 @@ def _apply_status(task: Task, status: pb.TaskStatus, metadata: dict | None) -> N
     task.status_message = _store_agent_message(task, status.message) if status.HasField("message") else None
     task.state = state
     task.status_timestamp = timezone.now()
-    task.save(update_fields=["state", "status_message", "status_timestamp", "updated_at"])
+    fields = ["state", "status_message", "status_timestamp", "updated_at"]
+    if metadata:
+        # A status update's metadata is merged into the task's: the one place an
+        # executor can keep state across turns (the a2a_proxy agent keeps its
+        # remote task id here and reads it back from current_task.metadata).
+        task.metadata = {**task.metadata, **metadata}
+        fields.append("metadata")
+    task.save(update_fields=fields)
     event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task, metadata)})
 
 

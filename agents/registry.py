@@ -16,6 +16,10 @@ from django.conf import settings
 
 BUILTIN_HANDLERS = {
     "echo": "agents.builtin.echo.EchoAgentExecutor",
+    "clarify": "agents.builtin.clarify.ClarifyAgentExecutor",
+    "approval": "agents.builtin.approval.ApprovalAgentExecutor",
+    "progress": "agents.builtin.progress.ProgressAgentExecutor",
+    "a2a_proxy": "agents.builtin.a2a_proxy.A2AProxyAgentExecutor",
 }
 ENTRY_POINT_GROUP = "a2a_platform.handlers"
 

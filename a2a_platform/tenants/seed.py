@@ -14,6 +14,13 @@ from agents.registry import handler_defaults
 DEMO_AGENTS = [
     # slug, name, handler, visibility
     ("echo", "Hello World Agent", "echo", Agent.Visibility.PUBLIC),
+    ("clarify", "Clarifying Agent", "clarify", Agent.Visibility.PUBLIC),
+    ("approval", "Approval Agent", "approval", Agent.Visibility.PUBLIC),
+    ("progress", "Long-running Agent", "progress", Agent.Visibility.PUBLIC),
+    # Slugs allow lowercase letters, digits and hyphens only, hence "a2a-proxy"
+    # for the "a2a_proxy" handler. It has no remote URL in its config until a
+    # tenant admin sets one; until then its tasks fail with a message saying so.
+    ("a2a-proxy", "A2A Proxy Agent", "a2a_proxy", Agent.Visibility.PUBLIC),
     # The echo agent behind OAuth2: call it with the demo client's token.
     ("secure-echo", "Secure Echo Agent", "echo", Agent.Visibility.AUTHENTICATED),
 ]

@@ -1,0 +1,87 @@
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.helpers import new_text_message
+from a2a.types import Role, SendMessageRequest, TaskState
+
+from agents.builtin.clarify import QUESTION
+from tasks_app.models import Task
+from tests.agents.conftest import artifact_text, new_id, status_text
+from tests.conftest import user_message
+from tests.live import free_port
+
+
+def remote_task_of(task: dict) -> Task:
+    return Task.objects.select_related("agent").get(pk=task["metadata"]["a2aProxy"]["remoteTaskId"])
+
+
+def test_it_relays_a_remote_echo_to_completion(server, rpc, demo_agent):
+    proxy = demo_agent("proxy-to-echo", "a2a_proxy", {"url": server.agent_url("echo")})
+    task = rpc("SendMessage", user_message("hi", new_id()), agent=proxy)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert status_text(task) == "Request is completed!"
+    assert artifact_text(task) == "Hello, World! I have received your request (hi)"
+    # The remote task is a real task of the echo agent, and it completed too.
+    remote = remote_task_of(task)
+    assert remote.agent.slug == "echo"
+    assert remote.state == "completed"
+    assert str(remote.pk) != task["id"]
+
+
+def test_a_follow_up_reaches_the_same_remote_task_through_input_required(server, rpc, demo_agent):
+    proxy = demo_agent("proxy-to-clarify", "a2a_proxy", {"url": server.agent_url("clarify")})
+    first = rpc("SendMessage", user_message("Book a venue", new_id()), agent=proxy)["result"]["task"]
+    assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert status_text(first) == QUESTION
+
+    answer = user_message("Forty guests in May", new_id(), taskId=first["id"])
+    second = rpc("SendMessage", answer, agent=proxy)["result"]["task"]
+    assert second["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "Book a venue" in artifact_text(second)
+    assert "Forty guests in May" in artifact_text(second)
+    # Both turns went to one remote task, which holds the whole exchange.
+    remote = remote_task_of(second)
+    assert second["metadata"] == first["metadata"]
+    assert remote.agent.slug == "clarify"
+    assert remote.state == "completed"
+    assert remote.messages.filter(role="user").count() == 2
+
+
+@pytest.fixture
+def proxy_to_progress(server, demo_agent) -> str:
+    remote = demo_agent("progress-behind-proxy", "progress", {"duration": 1.0})
+    return demo_agent("proxy-to-progress", "a2a_proxy", {"url": server.agent_url(remote)})
+
+
+async def test_sdk_streaming_client_gets_the_remote_artifact_chunks_relayed(server, proxy_to_progress):
+    proxy = proxy_to_progress
+    client = await create_client(server.agent_url(proxy), client_config=ClientConfig(streaming=True))
+    try:
+        request = SendMessageRequest(message=new_text_message("relay me", role=Role.ROLE_USER))
+        events = [event async for event in client.send_message(request)]
+    finally:
+        await client.close()
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert len(chunks) >= 2
+    assert [c.append for c in chunks] == [False] + [True] * (len(chunks) - 1)
+    assert chunks[-1].last_chunk
+    assert all(c.task_id == events[0].task.id for c in chunks)
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+def test_an_unreachable_remote_fails_with_a_readable_reason(server, rpc, demo_agent):
+    closed = f"http://127.0.0.1:{free_port()}/a2a/demo/echo/"
+    proxy = demo_agent("proxy-to-nowhere", "a2a_proxy", {"url": closed})
+    task = rpc("SendMessage", user_message("anyone there?", new_id()), agent=proxy)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    reason = status_text(task)
+    assert reason.startswith("The remote agent could not be used:")
+    assert "Traceback" not in reason
+    assert "\n" not in reason
+
+
+def test_the_seeded_proxy_without_a_url_fails_saying_it_needs_one(rpc):
+    task = rpc("SendMessage", user_message("hello", new_id()), agent="a2a-proxy")["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert status_text(task) == (
+        'This proxy agent is not set up correctly: its config has no "url" of a remote A2A agent.'
+    )

@@ -112,11 +112,19 @@ TEMPLATES = [
 # --- Database -----------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True
-        )
-    }
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        # Under ASGI every request runs in a thread of its own, so persistent
+        # connections are never reused; a psycopg pool is (Django requires
+        # CONN_MAX_AGE=0 with it).
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env_int("DB_POOL_MIN", 2),
+            "max_size": env_int("DB_POOL_MAX", 20),
+            "timeout": env_float("DB_POOL_TIMEOUT", 10.0),
+        }
+    else:
+        DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

@@ -89,7 +89,9 @@ def acme_agent(people):
     return make
 
 
-@pytest.fixture(scope="session")
+# Package scope: Playwright's sync API keeps a loop running on the main thread,
+# which would make every later (non-console) test's ORM call fail.
+@pytest.fixture(scope="package")
 def browser():
     from playwright.sync_api import sync_playwright
 

@@ -28,6 +28,8 @@ class TenantView(GenericAPIView):
 
     permission_classes = [IsAuthenticatedPrincipal]
     pagination_class = Pages
+    # DRF's OPTIONS description needs one serializer per view; ours has one per method. 405 instead.
+    metadata_class = None
     read_role = Membership.Role.VIEWER
     write_role = Membership.Role.OWNER
     # Writes that must be traceable to a person: credentials, members, operator actions.

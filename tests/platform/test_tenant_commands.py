@@ -1,0 +1,121 @@
+"""The platform operator's commands (tenant, agent, oauth_client), run as subprocesses on the test DB."""
+
+import json
+import subprocess
+import sys
+import uuid
+
+import httpx
+
+from tests.api import tenancy
+from tests.live import ROOT, child_env
+
+trio = tenancy.trio
+
+
+def manage(db_settings, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=child_env(db_settings),
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+    )
+
+
+def test_commands_set_up_a_tenant_whose_client_calls_its_authenticated_agent(trio, db_settings):
+    from a2a_platform.tenants.models import Application, AuditEvent, Membership
+    from agents.models import Agent
+
+    slug = f"cli-{uuid.uuid4().hex[:6]}"
+    created = manage(db_settings, "tenant", "create", slug, "--name", "Made by CLI")
+    assert created.returncode == 0, created.stderr
+    member = manage(
+        db_settings,
+        "tenant",
+        "add-member",
+        slug,
+        f"{slug}-owner",
+        "--role",
+        "owner",
+        "--password",
+        tenancy.PASSWORD,
+    )
+    assert member.returncode == 0, member.stderr
+    assert Membership.objects.get(tenant__slug=slug).role == "owner"
+    agent = manage(
+        db_settings,
+        "agent",
+        "create",
+        "--tenant",
+        slug,
+        "--slug",
+        "bot",
+        "--handler",
+        "echo",
+        "--authenticated",
+    )
+    assert agent.returncode == 0, agent.stderr
+    assert Agent.objects.get(tenant__slug=slug, slug="bot").visibility == "authenticated"
+    printed = manage(
+        db_settings, "oauth_client", "create", "--tenant", slug, "--scopes", "a2a:invoke,a2a:read"
+    )
+    assert printed.returncode == 0, printed.stderr
+    credentials = json.loads(printed.stdout)
+    assert set(credentials) == {"client_id", "client_secret"}
+    stored = Application.objects.get(client_id=credentials["client_id"])
+    assert stored.client_secret != credentials["client_secret"] and stored.scope_set == {
+        "a2a:invoke",
+        "a2a:read",
+    }
+
+    client = tenancy.Client(credentials["client_id"], credentials["client_secret"])
+    token = trio.client_credentials_token(client).json()["access_token"]
+    answer = httpx.post(
+        f"{trio.base_url}/a2a/{slug}/bot/",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": tenancy.new_message("from the cli"),
+        },
+        headers={"A2A-Version": "1.0", **trio.auth(token)},
+        timeout=30,
+    ).json()
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    actions = set(AuditEvent.objects.filter(tenant__slug=slug).values_list("action", flat=True))
+    assert actions == {"tenant.create", "member.add", "agent.create", "oauth_client.create"}
+
+
+def test_commands_refuse_bad_input_with_a_message(trio, db_settings):
+    unknown_handler = manage(
+        db_settings, "agent", "create", "--tenant", "acme", "--slug", "x", "--handler", "os.system"
+    )
+    assert unknown_handler.returncode != 0 and "handler must be one of" in unknown_handler.stderr
+    no_tenant = manage(db_settings, "oauth_client", "create", "--tenant", "no-such-tenant")
+    assert no_tenant.returncode != 0 and "No tenant 'no-such-tenant'" in no_tenant.stderr
+    bad_scope = manage(db_settings, "oauth_client", "create", "--tenant", "acme", "--scopes", "root")
+    assert bad_scope.returncode != 0 and "scopes" in bad_scope.stderr
+    duplicate = manage(db_settings, "tenant", "create", "acme")
+    assert duplicate.returncode != 0 and "slug" in duplicate.stderr
+    # No terminal and no --password: a new user cannot be given a password, so nothing is created.
+    no_password = manage(
+        db_settings, "tenant", "add-member", "acme", "newcomer", "--role", "viewer", stdin=""
+    )
+    assert no_password.returncode != 0 and "--password" in no_password.stderr
+    from django.contrib.auth import get_user_model
+
+    assert not get_user_model().objects.filter(username="newcomer").exists()
+
+
+def test_the_seed_makes_secure_echo_and_a_demo_client_once(stored):
+    from a2a_platform.tenants.models import Application
+    from a2a_platform.tenants.seed import DEMO_CLIENT_NAME, seed_demo
+    from agents.models import Agent
+
+    again = seed_demo()
+    assert again.demo_client_secret is None and again.demo_client_id
+    assert Application.objects.filter(tenant__slug="demo", name=DEMO_CLIENT_NAME).count() == 1
+    assert Agent.objects.get(tenant__slug="demo", slug="secure-echo").visibility == "authenticated"

@@ -192,6 +192,8 @@ A2A_EXTRA_HANDLERS = env_list("A2A_EXTRA_HANDLERS")
 # --- Push notifications ----------------------------------------------------------
 # Webhooks to loopback/private/link-local addresses are refused unless this is on (dev, tests).
 PUSH_ALLOW_PRIVATE_NETWORKS = env_bool("PUSH_ALLOW_PRIVATE_NETWORKS", default=False)
+# The a2a_proxy handler applies the same screening to its remote URL.
+PROXY_ALLOW_PRIVATE_NETWORKS = env_bool("PROXY_ALLOW_PRIVATE_NETWORKS", default=False)
 # Attempts per (config, event), counting the first; then the event is given up and the next one goes.
 PUSH_MAX_ATTEMPTS = env_int("PUSH_MAX_ATTEMPTS", 6)
 # Retry n waits min(BASE * 2**(n-1), MAX) seconds.

@@ -124,7 +124,7 @@ def push_url_check(url: str, *, allow_private: bool | None = None) -> PushTarget
         if problem:
             raise PushUrlRefused(
                 f"the host '{parsed.host}' resolves to {address}, {problem}; "
-                "push notifications are only sent to public addresses"
+                "push notifications (and proxied calls) are only sent to public addresses"
             )
     return PushTarget(url=parsed, address=addresses[0])
 

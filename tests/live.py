@@ -102,6 +102,7 @@ def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
         "CELERY_QUEUE": TEST_QUEUE,
     }
     env.setdefault("PUSH_ALLOW_PRIVATE_NETWORKS", "true")
+    env.setdefault("PROXY_ALLOW_PRIVATE_NETWORKS", "true")
     # Push tests: retries within a fraction of a second, and an agent that waits for one answer.
     env.setdefault("PUSH_RETRY_BASE_DELAY", "0.2")
     env.setdefault("PUSH_RETRY_MAX_DELAY", "1.0")

@@ -39,7 +39,10 @@ from a2a.types import (
     TaskStatus,
 )
 from a2a.utils.errors import A2AError
+from django.conf import settings
 from google.protobuf.json_format import MessageToDict
+
+from tasks_app.push import PushUrlRefused, push_url_check
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +82,12 @@ def remote_target(config: dict | None) -> RemoteTarget:
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ProxyConfigError('"url" in its config must be an http(s) URL of a remote A2A agent')
+    # A tenant admin chooses this URL: the same screening as webhooks keeps the
+    # proxy from reaching the platform's own network (SSRF).
+    try:
+        push_url_check(url.strip(), allow_private=settings.PROXY_ALLOW_PRIVATE_NETWORKS)
+    except PushUrlRefused as exc:
+        raise ProxyConfigError(f'"url" in its config is refused: {exc}') from None
     headers = config.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise ProxyConfigError('"headers" in its config must map header names to strings')

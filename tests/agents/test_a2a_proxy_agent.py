@@ -85,3 +85,14 @@ def test_the_seeded_proxy_without_a_url_fails_saying_it_needs_one(rpc):
     assert status_text(task) == (
         'This proxy agent is not set up correctly: its config has no "url" of a remote A2A agent.'
     )
+
+
+def test_a_remote_url_on_the_platforms_own_network_is_refused(settings):
+    from agents.builtin.a2a_proxy import ProxyConfigError, remote_target
+
+    settings.PROXY_ALLOW_PRIVATE_NETWORKS = False
+    for url in ("http://127.0.0.1:8000/a2a/demo/echo/", "http://169.254.169.254/latest/", "http://10.0.0.8/"):
+        with pytest.raises(ProxyConfigError, match="refused"):
+            remote_target({"url": url})
+    settings.PROXY_ALLOW_PRIVATE_NETWORKS = True
+    assert remote_target({"url": "http://127.0.0.1:8000/a2a/demo/echo/"}).url.startswith("http://127.0.0.1")

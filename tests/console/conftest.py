@@ -31,6 +31,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+DEFAULT_LANDING = "**/console/t/**"
 PEOPLE = {
     "alice": ("acme", Membership.Role.OWNER),
     "bob": ("acme", Membership.Role.OPERATOR),
@@ -106,7 +107,7 @@ def sign_in(browser, server, people):
     """sign_in("bob") -> a Playwright page of a fresh browser context, signed in as bob."""
     contexts = []
 
-    def open_as(username: str, lands_on: str = "**/console/t/**"):
+    def open_as(username: str, lands_on: str = DEFAULT_LANDING):
         context = browser.new_context(base_url=server.base_url, viewport={"width": 1280, "height": 900})
         context.set_default_timeout(15_000)
         contexts.append(context)
@@ -115,6 +116,13 @@ def sign_in(browser, server, people):
         page.get_by_label("Username").fill(username)
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
+        if username in PEOPLE and lands_on == DEFAULT_LANDING:
+            # Other suites may have made the same user a member of more tenants, which
+            # lands on the tenant picker: go to the person's own tenant either way.
+            page.wait_for_url(lambda url: "/console/login" not in url)
+            home = f"/console/t/{PEOPLE[username][0]}/"
+            if home not in page.url:
+                page.goto(home)
         page.wait_for_url(lands_on)
         return page
 

@@ -21,3 +21,10 @@ def test_metrics_count_tasks_by_state_for_loopback_callers(server, rpc):
 
 def test_readyz_reports_database_and_broker(server):
     assert httpx.get(f"{server.base_url}/readyz").json() == {"status": "ok", "database": "ok", "broker": "ok"}
+
+
+def test_the_django_admin_gets_its_stylesheets(server):
+    login = httpx.get(f"{server.base_url}/admin/login/")
+    assert login.status_code == 200
+    css = httpx.get(f"{server.base_url}/static/admin/css/base.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")

@@ -64,10 +64,10 @@ def _make_people() -> dict:
     users = {}
     for username, (slug, role) in PEOPLE.items():
         tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug.title()})
-        user, created = get_user_model().objects.get_or_create(username=username)
-        if created:
-            user.set_password(PASSWORD)
-            user.save()
+        user, _ = get_user_model().objects.get_or_create(username=username)
+        # Always: another suite may have made the same username without a password.
+        user.set_password(PASSWORD)
+        user.save()
         Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
         users[username] = user
     return users

@@ -94,8 +94,12 @@ class Subscription:
         await self.layer.group_discard(group_name(self.task_pk), self.channel)
 
     async def receive(self, timeout: float) -> dict | None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a
+        # cancellation that comes as the message arrives, and a watcher that
+        # lost its cancellation kept its turn from ever ending.
         try:
-            return await asyncio.wait_for(self.layer.receive(self.channel), timeout)
+            async with asyncio.timeout(timeout):
+                return await self.layer.receive(self.channel)
         except TimeoutError:
             return None
 

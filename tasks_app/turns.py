@@ -39,6 +39,11 @@ from tasks_app.services import task_snapshot, turn_dispatch
 logger = logging.getLogger(__name__)
 
 
+# How long a cancelled helper (the agent's execution, the cancel watcher) gets
+# to stop. Code can swallow a cancellation; the turn must finish regardless.
+STOP_TIMEOUT = 5.0
+
+
 class TurnAborted(Exception):
     """The task ended (canceled, typically) while its agent was still emitting events."""
 
@@ -77,21 +82,23 @@ async def _drive(task_pk, message_pk: int) -> None:
         if setup is None:
             return
         executor, request_context = setup
+        logger.info("Turn %s of task %s started (handler %s)", message_pk, task_pk, type(executor).__name__)
         execution = asyncio.ensure_future(executor.execute(request_context, StoredEventQueue(task_pk)))
         watcher = asyncio.ensure_future(_wait_for_end(task_pk))
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if not execution.done():
             execution.cancel()
-            with suppress(BaseException):
-                await execution
+            await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
             # Give the executor its chance to clean up; its events are not stored.
             with suppress(Exception):
-                await executor.cancel(request_context, DiscardingEventQueue())
+                async with asyncio.timeout(STOP_TIMEOUT):
+                    await executor.cancel(request_context, DiscardingEventQueue())
         else:
             watcher.cancel()
-            with suppress(BaseException):
-                await watcher
+            await asyncio.wait({watcher}, timeout=STOP_TIMEOUT)
             error = execution.exception()
+            if error is not None and not isinstance(error, TurnAborted):
+                logger.warning("The agent of task %s raised in turn %s", task_pk, message_pk, exc_info=error)
     except HandlerNotAvailable as exc:
         error = exc
     except Exception as exc:
@@ -101,6 +108,7 @@ async def _drive(task_pk, message_pk: int) -> None:
         if isinstance(error, TurnAborted):
             error = None
         await sync_to_async(turn_finish)(task_pk, message_pk, error)
+        logger.info("Turn %s of task %s ended", message_pk, task_pk)
 
 
 def _prepare(task_pk, message_pk: int):

@@ -10,6 +10,25 @@ SERVICES_MODE = bool(os.environ.get("REDIS_URL"))
 ARTIFACTS = ROOT / "test-artifacts"
 
 
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report carries the tail of every server log of this run.
+
+    The servers run in processes of their own; without this, a failure in CI
+    shows the client's side only.
+    """
+    report = yield
+    if report.failed and call.when == "call":
+        logs = ARTIFACTS / "logs" / str(os.getpid())
+        for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+            lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"server log {log.name} (last {len(lines)} lines)", "\n".join(lines)))
+    return report
+
+
 @pytest.fixture(scope="session")
 def log_dir() -> Path:
     path = ARTIFACTS / "logs" / str(os.getpid())

@@ -1,4 +1,6 @@
+import faulthandler
 import logging
+import signal
 import threading
 
 from django.conf import settings
@@ -56,6 +58,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-seed", action="store_true", help="Do not create the demo tenant")
 
     def handle(self, *args, host, port, no_seed, **options):
+        # `kill -USR1 <pid>` prints every thread's stack: a stuck turn shows where it waits.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         call_command("migrate", interactive=False, verbosity=0)
         seeded = seed_demo() if not no_seed else None
         admin_password = seeded.admin_password if seeded else None

@@ -17,7 +17,6 @@ import json
 import os
 import platform as host_platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,19 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.live import (  # noqa: E402
+    Process,
+    daphne_args,
+    free_port,
+    http_ok,
+    spawn,
+    start_celery_worker,
+    stop_processes,
+    wait_until,
+)
+
 OUT_DIR = ROOT / "var" / "bench"
 HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
@@ -39,22 +51,8 @@ REQUEST_TIMEOUT = 30.0
 
 
 # --- Processes ------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen
-    log: Path
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:]
+# Started the way the test suite starts them (tests/live.py), so both measure and
+# test the same thing.
 
 
 @dataclass
@@ -62,58 +60,13 @@ class Server:
     label: str
     rpc_url: str
     ready_url: str
-    procs: list[Proc] = field(default_factory=list)
-
-
-def spawn(name: str, args: list[str], env: dict, log_dir: Path) -> Proc:
-    log = log_dir / f"{name}.log"
-    with log.open("w") as handle:
-        popen = subprocess.Popen(args, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    return Proc(name, popen, log)
+    procs: list[Process] = field(default_factory=list)
 
 
 def run_checked(args: list[str], env: dict, what: str) -> None:
     result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     if result.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-
-
-def wait_until(check, what: str, procs: list[Proc], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
-        if check():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(
-        f"Timed out waiting for {what}\n" + "\n".join(f"--- {p.name}\n{p.tail()}" for p in procs)
-    )
-
-
-def http_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def stop(procs: list[Proc]) -> None:
-    for proc in procs:
-        if proc.popen.poll() is None:
-            proc.popen.terminate()
-    for proc in procs:
-        try:
-            proc.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.popen.kill()
-            proc.popen.wait(timeout=5)
-
-
-def daphne_args(port: int, app: str) -> list[str]:
-    # -v 0: no access log, as `manage.py serve` runs Daphne.
-    return [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port), app]
 
 
 def start_baseline(log_dir: Path) -> Server:
@@ -174,27 +127,10 @@ def start_platform(args, var_dir: Path, log_dir: Path) -> Server:
     run_checked([*manage, "seed_demo"], env, "seed_demo")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    procs: list[Proc] = []
+    procs: list[Process] = []
     if args.mode == "services":
         procs.append(spawn("platform-web", daphne_args(port, "a2a_platform.asgi:application"), env, log_dir))
-        worker = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "a2a_platform",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "8",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-        ]
-        procs.append(spawn("platform-worker", worker, env, log_dir))
-        wait_until(lambda: "ready." in procs[1].log.read_text(errors="replace"), "the Celery worker", procs)
+        procs.append(start_celery_worker("platform-worker", env, log_dir))
     else:
         procs.append(spawn("platform", [*manage, "serve", "--port", str(port), "--no-seed"], env, log_dir))
     server = Server("platform", rpc_url=f"{base}/a2a/demo/echo/", ready_url=f"{base}/readyz", procs=procs)
@@ -501,10 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         failed = True
         for server in servers:
             for proc in server.procs:
-                print(f"--- {proc.name} log tail\n{proc.tail()}", file=sys.stderr)
+                print(f"--- {proc.name} log tail\n{proc.output()[-3000:]}", file=sys.stderr)
         raise
     finally:
-        stop([proc for server in servers for proc in server.procs])
+        stop_processes([proc for server in servers for proc in server.procs])
         if args.mode == "services":
             try:
                 postgres_admin(args, f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")

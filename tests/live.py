@@ -1,5 +1,7 @@
 """Start the platform the way it runs for real, in processes of its own.
 
+The benchmark (bench/run.py) starts its servers with these helpers too.
+
 Embedded default: one `manage.py serve` process (Daphne + worker threads).
 Services mode (DATABASE_URL and REDIS_URL set): a Daphne process and a
 separate Celery worker process.
@@ -57,24 +59,29 @@ class Platform:
         return f"{self.base_url}/a2a/{tenant}/{agent}/"
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.popen.poll() is None:
-                process.popen.terminate()
-        for process in self.processes:
-            try:
-                process.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.popen.kill()
+        stop_processes(self.processes)
 
 
-def _spawn(name: str, args: list[str], env: dict, log_dir: Path) -> Process:
+def stop_processes(processes: list[Process]) -> None:
+    for process in processes:
+        if process.popen.poll() is None:
+            process.popen.terminate()
+    for process in processes:
+        try:
+            process.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.popen.kill()
+            process.popen.wait(timeout=5)
+
+
+def spawn(name: str, args: list[str], env: dict, log_dir: Path) -> Process:
     log = log_dir / f"{name}.log"
     handle = log.open("w")
     popen = subprocess.Popen(args, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
     return Process(name=name, popen=popen, log=log)
 
 
-def _wait_until(check, what: str, processes: list[Process], timeout: float = 60.0) -> None:
+def wait_until(check, what: str, processes: list[Process], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for process in processes:
@@ -87,7 +94,7 @@ def _wait_until(check, what: str, processes: list[Process], timeout: float = 60.
     raise RuntimeError(f"Timed out waiting for {what}\n{logs}")
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
@@ -116,42 +123,28 @@ def start_web(db_settings: dict, log_dir: Path, name: str = "web", extra_env: di
     port = free_port()
     env = child_env(db_settings, extra_env)
     if env.get("REDIS_URL"):
-        args = [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "a2a_platform.asgi:application",
-        ]
+        args = daphne_args(port, "a2a_platform.asgi:application")
     else:
         args = [sys.executable, "manage.py", "serve", "--port", str(port), "--no-seed"]
-    process = _spawn(name, args, env, log_dir)
+    process = spawn(name, args, env, log_dir)
     platform = Platform(base_url=f"http://127.0.0.1:{port}", processes=[process])
-    _wait_until(lambda: _http_ok(f"{platform.base_url}/readyz"), f"{name} to serve", [process])
+    wait_until(lambda: http_ok(f"{platform.base_url}/readyz"), f"{name} to serve", [process])
     return platform
 
 
 def start_worker(db_settings: dict, log_dir: Path) -> Process:
-    env = child_env(db_settings)
-    args = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "a2a_platform",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        "8",
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-    ]
-    process = _spawn("worker", args, env, log_dir)
-    _wait_until(lambda: "ready." in process.output(), "the Celery worker", [process])
+    return start_celery_worker("worker", child_env(db_settings), log_dir)
+
+
+def daphne_args(port: int, app: str) -> list[str]:
+    # -v 0: no access log, as `manage.py serve` runs Daphne.
+    return [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port), app]
+
+
+def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
+    """A separate Celery worker process, as `make worker` runs it, ready to take turns."""
+    args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
+    args += ["--concurrency", "8", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    process = spawn(name, args, env, log_dir)
+    wait_until(lambda: "ready." in process.output(), "the Celery worker", [process])
     return process

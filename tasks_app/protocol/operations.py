@@ -29,6 +29,8 @@ class Call:
     last_event_id: int | None = None
     # Scheme, host and port for URLs in answers (the extended card).
     base_url: str = ""
+    # Draft dialect only: a new task is stored under the client's own id.
+    client_task_id: str | None = None
 
 
 def _history_length(request) -> int | None:
@@ -49,7 +51,7 @@ def _check_tenant(call: Call, request) -> None:
 async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
     _check_tenant(call, request)
     history_length = _history_length(request)
-    outcome = await sync_to_async(message_send)(call.caller, request)
+    outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
     if not request.configuration.return_immediately:
         await wait_until_settled(outcome.task.pk)
     return {"task": await sync_to_async(task_snapshot)(outcome.task.pk, history_length=history_length)}
@@ -57,7 +59,7 @@ async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
 
 async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> AsyncIterator:
     _check_tenant(call, request)
-    outcome = await sync_to_async(message_send)(call.caller, request)
+    outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
     if call.last_event_id is not None:
         return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
     if outcome.seq_before == 0 and not outcome.duplicate:

@@ -20,7 +20,6 @@ from a2a.utils.errors import (
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 
-from tasks_app.events import follow, wait_until_settled
 from tasks_app.models import Task
 from tasks_app.protocol.legacy.common import (
     Exchange,
@@ -39,7 +38,6 @@ from tasks_app.protocol.legacy.draft_shapes import (
     parse_send,
     text_field,
 )
-from tasks_app.services import message_send, task_snapshot
 
 # The draft schema knows the standard codes and -32001..-32004 only.
 ERROR_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003, -32004})
@@ -54,28 +52,15 @@ async def _send(ex: Exchange, streaming: bool):
         # A known id: the message continues that task (the draft's input-required answer).
         send.request.message.task_id = str(task.pk)
         display_id = task.client_task_id or str(task.pk)
-        result = await run(method, call, send.request)
-        task_pk = task.pk
     else:
-        try:
-            outcome = await sync_to_async(message_send)(
-                call.caller, send.request, client_task_id=send.task_id
-            )
-        except IntegrityError:
-            # Another caller of this agent holds that id (or a concurrent send took it).
-            raise InvalidParamsError(
-                message=f"Task id '{send.task_id}' cannot be used; choose another"
-            ) from None
-        task_pk, display_id = outcome.task.pk, send.task_id
-        # What operations.send_message / send_streaming_message do for a new task,
-        # which they cannot create under a client's id.
-        if streaming:
-            result = follow(task_pk, call.last_event_id or 0)
-        else:
-            await wait_until_settled(task_pk)
-            result = {"task": await sync_to_async(task_snapshot)(task_pk, history_length=send.history_length)}
+        call.client_task_id = display_id = send.task_id
+    try:
+        result = await run(method, call, send.request)
+    except IntegrityError:
+        # Another caller of this agent holds that id (or a concurrent send took it).
+        raise InvalidParamsError(message=f"Task id '{send.task_id}' cannot be used; choose another") from None
     if streaming:
-        known = await sync_to_async(artifact_ids)(task_pk) if task is not None else []
+        known = await sync_to_async(artifact_ids)(task.pk) if task is not None else []
         converter = DraftEvents(display_id, send.spelling, known, replay_artifacts=False)
         return ex.stream(translated(result, converter.convert), event_name)
     return ex.result(draft_task(result["task"], display_id, send.spelling))

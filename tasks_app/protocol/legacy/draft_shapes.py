@@ -84,7 +84,6 @@ class SendParams:
     task_id: str
     request: pb.SendMessageRequest
     spelling: str
-    history_length: int | None
 
 
 def parse_send(params: dict) -> SendParams:
@@ -134,7 +133,7 @@ def parse_send(params: dict) -> SendParams:
     parsed = parse_proto(request, pb.SendMessageRequest())
     validate_proto_required_fields(parsed)
     spelling = "example" if any(str(p.get("type", "")).endswith("Part") for p in parts) else "spec"
-    return SendParams(task_id, parsed, spelling, history_length or None)
+    return SendParams(task_id, parsed, spelling)
 
 
 def core_push_config(push: dict) -> dict:

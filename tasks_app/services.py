@@ -183,6 +183,20 @@ def turn_dispatch(task_pk, message_pk: int) -> None:
         logger.exception("Could not enqueue turn %s of task %s; the sweeper will retry", message_pk, task_pk)
 
 
+def agent_cancel_dispatch(task_pk) -> None:
+    """Have a worker give a task canceled while no turn ran its agent's cancel().
+
+    A broker failure is only logged: the task is CANCELED already, the agent
+    misses its chance to let go of what it holds elsewhere.
+    """
+    from tasks_app.tasks import cancel_agent
+
+    try:
+        cancel_agent.delay(str(task_pk))
+    except Exception:
+        logger.exception("Could not enqueue the agent cancel of task %s", task_pk)
+
+
 def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
     """The stored task as ProtoJSON, read in three queries."""
     task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
@@ -202,7 +216,12 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
     """Cancel a task now, whatever its worker is doing.
 
     The CANCELED state is stored and announced here; a worker still running the
-    turn sees it and stops, and anything it emits afterwards is discarded.
+    turn sees it and stops, anything it emits afterwards is discarded, and that
+    turn gives the agent its cancel(). When no turn is running (the task
+    waits for input or authorization, or its turn is still queued) no turn will
+    either: a queued one is marked done so it never starts, and a worker job
+    (agent_cancel) gives the agent its cancel(), so that an agent holding
+    something elsewhere (the a2a_proxy agent's remote task) lets it go.
     """
     with transaction.atomic():
         task = get_task_for_caller(caller, task_id, for_update=True)
@@ -218,7 +237,14 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         task.save(update_fields=["state", "status_message", "status_timestamp", "updated_at"])
         event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})
         task_pk = task.pk
+        # Under the task's lock, which turn_finish takes too, so a turn is either
+        # seen running here (and gives the agent its cancel() itself) or done. A
+        # queued turn's claim waits for this transaction, then finds it done.
+        Message.objects.filter(task=task, turn=Message.Turn.PENDING).update(turn=Message.Turn.DONE)
+        turn_running = Message.objects.filter(task=task, turn=Message.Turn.RUNNING).exists()
         transaction.on_commit(lambda: publish(task_pk, {"type": "task.cancel"}))
+        if not turn_running:
+            transaction.on_commit(lambda: agent_cancel_dispatch(task_pk))
     return task_snapshot(task_pk)
 
 

@@ -1,12 +1,18 @@
 from celery import shared_task
 
 from tasks_app.push import push_deliver, push_sweep
-from tasks_app.turns import turn_run, turn_sweep
+from tasks_app.turns import agent_cancel, turn_run, turn_sweep
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_turn(task_id: str, message_pk: int) -> None:
     turn_run(task_id=task_id, message_pk=message_pk)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def cancel_agent(task_id: str) -> None:
+    # The agent's cancel() for a task canceled while no turn of it was running.
+    agent_cancel(task_id=task_id)
 
 
 @shared_task(ignore_result=True)

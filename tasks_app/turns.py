@@ -5,6 +5,11 @@ UPDATE (a redelivered Celery message finds it claimed and returns), builds the
 a2a-sdk RequestContext, and runs the handler's AgentExecutor.execute() with an
 EventQueue that stores each event, appends it to the task's log and publishes
 it before the executor carries on.
+
+A task canceled while no turn runs (it waits for input, or its turn is still
+queued) gets its agent's cancel() from a job of its own (agent_cancel), so an
+agent holding something outside the platform (the a2a_proxy agent's remote
+task) can let it go.
 """
 
 import asyncio
@@ -27,14 +32,14 @@ from google.protobuf.json_format import ParseDict
 
 from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app.events import Subscription, event_append
-from tasks_app.models import Artifact, Message, Task, TaskEvent
+from tasks_app.models import TERMINAL_STATES, Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     PROTO_TO_STATE,
     message_dict,
     proto_to_dict,
     status_update_dict,
 )
-from tasks_app.services import task_snapshot, turn_dispatch
+from tasks_app.services import agent_cancel_dispatch, task_snapshot, turn_dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +47,8 @@ logger = logging.getLogger(__name__)
 # How long a cancelled helper (the agent's execution, the cancel watcher) gets
 # to stop. Code can swallow a cancellation; the turn must finish regardless.
 STOP_TIMEOUT = 5.0
+# How long an agent's cancel() may take when no turn of its task is running.
+AGENT_CANCEL_TIMEOUT = 30.0
 
 
 class TurnAborted(Exception):
@@ -53,10 +60,14 @@ class StoredEventQueue(EventQueue):
 
     def __init__(self, task_pk):
         self.task_pk = task_pk
+        # Set once one of the agent's own events ended the task.
+        self.ended_task = False
 
     async def enqueue_event(self, event) -> None:
         if not await sync_to_async(event_apply)(self.task_pk, event):
             raise TurnAborted()
+        if _ends_task(event):
+            self.ended_task = True
 
 
 class DiscardingEventQueue(EventQueue):
@@ -77,22 +88,24 @@ def turn_run(*, task_id: str, message_pk: int) -> None:
 
 async def _drive(task_pk, message_pk: int) -> None:
     error: BaseException | None = None
+    executor = None
+    queue = StoredEventQueue(task_pk)
+    cancel_given = False
     try:
         setup = await sync_to_async(_prepare)(task_pk, message_pk)
         if setup is None:
             return
         executor, request_context = setup
         logger.info("Turn %s of task %s started (handler %s)", message_pk, task_pk, type(executor).__name__)
-        execution = asyncio.ensure_future(executor.execute(request_context, StoredEventQueue(task_pk)))
+        execution = asyncio.ensure_future(executor.execute(request_context, queue))
         watcher = asyncio.ensure_future(_wait_for_end(task_pk))
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if not execution.done():
             execution.cancel()
             await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
             # Give the executor its chance to clean up; its events are not stored.
-            with suppress(Exception):
-                async with asyncio.timeout(STOP_TIMEOUT):
-                    await executor.cancel(request_context, DiscardingEventQueue())
+            cancel_given = True
+            await _cancel_agent(task_pk, executor, timeout=STOP_TIMEOUT)
         else:
             watcher.cancel()
             await asyncio.wait({watcher}, timeout=STOP_TIMEOUT)
@@ -107,7 +120,14 @@ async def _drive(task_pk, message_pk: int) -> None:
     finally:
         if isinstance(error, TurnAborted):
             error = None
-        await sync_to_async(turn_finish)(task_pk, message_pk, error)
+        canceled = await sync_to_async(turn_finish)(task_pk, message_pk, error)
+        if canceled and not cancel_given and not queue.ended_task:
+            # Canceled from outside while this turn was still running, but not
+            # stopped by the watcher: the execution had already returned (the
+            # task went input-required, say) or ran into the CANCELED state.
+            # task_cancel saw this turn running and left the agent's cancel()
+            # to it.
+            await _cancel_agent(task_pk, executor, timeout=AGENT_CANCEL_TIMEOUT)
         logger.info("Turn %s of task %s ended", message_pk, task_pk)
 
 
@@ -117,15 +137,32 @@ def _prepare(task_pk, message_pk: int):
         return None
     user_message = Message.objects.get(pk=message_pk)
     executor = build_executor(task.agent)
+    return executor, _request_context(task, user_message)
+
+
+def _cancel_context(task_pk) -> RequestContext:
+    """The RequestContext an agent's cancel() gets: the stored (CANCELED) task, its last user message."""
+    task = Task.objects.select_related("agent", "tenant", "context").get(pk=task_pk)
+    last_user_message = (
+        Message.objects.filter(task=task, role=Message.Role.USER).order_by("-created_at", "-pk").first()
+    )
+    return _request_context(task, last_user_message)
+
+
+def _request_context(task: Task, user_message: Message | None) -> RequestContext:
     snapshot = task_snapshot(task.pk)
     current = ParseDict(snapshot, pb.Task(), ignore_unknown_fields=True)
-    message = ParseDict(message_dict(user_message, task.context.context_id), pb.Message())
-    related = [
-        ParseDict(task_snapshot(related_pk), pb.Task(), ignore_unknown_fields=True)
-        for related_pk in Task.objects.filter(
-            tenant=task.tenant, pk__in=_uuids(user_message.reference_task_ids)
-        ).values_list("pk", flat=True)
-    ]
+    request = None
+    related = []
+    if user_message is not None:
+        message = ParseDict(message_dict(user_message, task.context.context_id), pb.Message())
+        request = pb.SendMessageRequest(message=message)
+        related = [
+            ParseDict(task_snapshot(related_pk), pb.Task(), ignore_unknown_fields=True)
+            for related_pk in Task.objects.filter(
+                tenant=task.tenant, pk__in=_uuids(user_message.reference_task_ids)
+            ).values_list("pk", flat=True)
+        ]
     call_context = ServerCallContext(
         tenant=task.tenant.slug,
         state={
@@ -135,15 +172,66 @@ def _prepare(task_pk, message_pk: int):
             "principal": task.owner,
         },
     )
-    request_context = RequestContext(
+    return RequestContext(
         call_context,
-        request=pb.SendMessageRequest(message=message),
+        request=request,
         task_id=str(task.pk),
         context_id=task.context.context_id,
         task=current,
         related_tasks=related,
     )
-    return executor, request_context
+
+
+def agent_cancel(*, task_id: str) -> None:
+    """Give a task canceled while no turn ran its agent's cancel(), on a worker.
+
+    The task is already CANCELED in the store; what the agent emits is discarded.
+    """
+    try:
+        state = Task.objects.values_list("state", flat=True).get(pk=task_id)
+    except Task.DoesNotExist:
+        logger.warning("Agent cancel of task %s: the task no longer exists", task_id)
+        return
+    if state != TaskState.CANCELED:
+        logger.warning("Agent cancel of task %s skipped: the task is %s, not canceled", task_id, state)
+        return
+    async_to_sync(_cancel_agent)(task_id)
+
+
+def _build_executor_of(task_pk):
+    return build_executor(Task.objects.select_related("agent").get(pk=task_pk).agent)
+
+
+async def _cancel_agent(task_pk, executor=None, *, timeout: float = AGENT_CANCEL_TIMEOUT) -> None:
+    """Call executor.cancel() (a fresh executor of the task's agent if none is given), bounded.
+
+    Never raises (but for a cancellation of the caller): a handler that is
+    missing, fails or takes too long is logged, and the task stays CANCELED.
+    """
+    try:
+        if executor is None:
+            executor = await sync_to_async(_build_executor_of)(task_pk)
+        request_context = await sync_to_async(_cancel_context)(task_pk)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+        async with asyncio.timeout(timeout):
+            await executor.cancel(request_context, DiscardingEventQueue())
+    except HandlerNotAvailable as exc:
+        logger.warning("Agent cancel of task %s: %s", task_pk, exc)
+    except TimeoutError:
+        logger.warning("Agent cancel of task %s did not finish within %s s", task_pk, timeout)
+    except Exception:
+        logger.warning("Agent cancel of task %s raised", task_pk, exc_info=True)
+    else:
+        logger.info("Agent cancel of task %s done (handler %s)", task_pk, type(executor).__name__)
+
+
+def _ends_task(event) -> bool:
+    """Whether an event the agent emitted puts its task in a terminal state."""
+    if isinstance(event, pb.Message):
+        return True  # a direct reply completes the task
+    if isinstance(event, pb.TaskStatusUpdateEvent | pb.Task):
+        return PROTO_TO_STATE.get(event.status.state) in TERMINAL_STATES
+    return False
 
 
 def _uuids(values: list[str]) -> list[str]:
@@ -294,13 +382,18 @@ def _apply_artifact(task: Task, event: pb.TaskArtifactUpdateEvent) -> None:
     event_append(task, TaskEvent.Kind.ARTIFACT, {"artifactUpdate": update})
 
 
-def turn_finish(task_pk, message_pk: int, error: BaseException | None) -> None:
-    """Close a turn. A task the agent left unsettled ends FAILED with the reason."""
+def turn_finish(task_pk, message_pk: int, error: BaseException | None) -> bool:
+    """Close a turn. A task the agent left unsettled ends FAILED with the reason.
+
+    True if the task was CANCELED when the turn closed. The turn is marked done
+    while holding the task's lock, which task_cancel takes too: a cancel either
+    sees this turn running (and leaves the agent's cancel() to it) or done.
+    """
     with transaction.atomic():
-        Message.objects.filter(pk=message_pk).update(turn=Message.Turn.DONE)
         task = _locked_task(task_pk)
+        Message.objects.filter(pk=message_pk).update(turn=Message.Turn.DONE)
         if task.is_terminal or task.is_interrupted:
-            return
+            return task.state == TaskState.CANCELED
         if error is not None:
             reason = f"The agent failed: {error.__class__.__name__}: {error}"
         else:
@@ -310,6 +403,7 @@ def turn_finish(task_pk, message_pk: int, error: BaseException | None) -> None:
             message=pb.Message(role=pb.ROLE_AGENT, parts=[pb.Part(text=reason)]),
         )
         _apply_status(task, status, None)
+    return False
 
 
 def turn_sweep() -> dict:
@@ -329,6 +423,8 @@ def turn_sweep() -> dict:
     ).values_list("pk", "task_id")
     failed = 0
     for message_pk, task_pk in lost:
-        turn_finish(task_pk, message_pk, RuntimeError("the worker running this turn was lost"))
+        if turn_finish(task_pk, message_pk, RuntimeError("the worker running this turn was lost")):
+            # Canceled while the lost turn "ran": nobody gave the agent its cancel() yet.
+            agent_cancel_dispatch(task_pk)
         failed += 1
     return {"redispatched": redispatched, "failed": failed}

@@ -16,7 +16,7 @@ FAILED with a readable status message.
 import asyncio
 import logging
 import uuid
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -194,16 +194,30 @@ class A2AProxyAgentExecutor(AgentExecutor):
         return outgoing
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancel the remote task too: during a turn, or (on a fresh executor) after one.
+
+        The platform also calls this for a task canceled while it waited for
+        input, so the remote task does not wait forever; its id then comes from
+        the local task's metadata.
+        """
         task = context.current_task
         remote_task_id = self.remote_task_id or remembered_remote(task).get("remoteTaskId")
         if remote_task_id:
             # Best effort: the local task is canceled whatever the remote says.
-            with suppress(Exception):
+            try:
                 target = remote_target(self.config)
                 async with asyncio.timeout(CANCEL_TIMEOUT):
                     async with remote_client(target, CANCEL_TIMEOUT) as client:
                         await client.cancel_task(CancelTaskRequest(id=remote_task_id))
-        await TaskUpdater(event_queue, task.id, task.context_id).cancel()
+            except Exception as exc:
+                logger.warning(
+                    "a2a_proxy task %s: could not cancel remote task %s: %r",
+                    task.id if task else "?",
+                    remote_task_id,
+                    exc,
+                )
+        if task is not None:
+            await TaskUpdater(event_queue, task.id, task.context_id).cancel()
 
 
 class _Relay:

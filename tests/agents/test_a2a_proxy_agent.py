@@ -1,3 +1,5 @@
+import time
+
 import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.helpers import new_text_message
@@ -44,6 +46,30 @@ def test_a_follow_up_reaches_the_same_remote_task_through_input_required(server,
     assert remote.agent.slug == "clarify"
     assert remote.state == "completed"
     assert remote.messages.filter(role="user").count() == 2
+
+
+def test_canceling_a_task_waiting_for_input_cancels_the_remote_task_too(server, rpc, demo_agent):
+    proxy = demo_agent("proxy-cancel-to-clarify", "a2a_proxy", {"url": server.agent_url("clarify")})
+    task = rpc("SendMessage", user_message("Book a venue", new_id()), agent=proxy)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    remote_id = task["metadata"]["a2aProxy"]["remoteTaskId"]
+    remote = rpc("GetTask", {"id": remote_id}, agent="clarify")["result"]
+    assert remote["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+    # No turn is running on either side: the local task is canceled at once...
+    canceled = rpc("CancelTask", {"id": task["id"]}, agent=proxy)["result"]
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    # ...and the remote task does not wait for an answer forever.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        remote = rpc("GetTask", {"id": remote_id}, agent="clarify")["result"]
+        if remote["status"]["state"] != "TASK_STATE_INPUT_REQUIRED":
+            break
+        time.sleep(0.2)
+    assert remote["status"]["state"] == "TASK_STATE_CANCELED"
+    assert (
+        rpc("GetTask", {"id": task["id"]}, agent=proxy)["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,145 @@
+"""A task canceled while no turn of it runs still gets its agent's cancel().
+
+The end-to-end case (the a2a_proxy agent lets its remote task go) is in
+tests/agents/test_a2a_proxy_agent.py. These check the generic path: the
+worker-side function run in this process against the test database, with
+executors of their own, and what CancelTask does to a turn still queued.
+"""
+
+import asyncio
+import time
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import TaskState
+
+from a2a_platform.tenants.models import Tenant
+from agents.models import Agent
+from tasks_app.models import Message, Task
+from tasks_app.turns import DiscardingEventQueue, _cancel_agent, agent_cancel
+from tests.agents.conftest import new_id
+from tests.conftest import user_message
+
+
+class RecordingExecutor(AgentExecutor):
+    def __init__(self):
+        self.calls: list[tuple[RequestContext, EventQueue]] = []
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise AssertionError("no turn runs on a canceled task")
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        self.calls.append((context, event_queue))
+        task = context.current_task
+        await TaskUpdater(event_queue, task.id, task.context_id).cancel()
+
+
+class RaisingExecutor(RecordingExecutor):
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise RuntimeError("the remote said no")
+
+
+class HangingExecutor(RecordingExecutor):
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await asyncio.Event().wait()
+
+
+def _agent(slug: str, handler: str) -> str:
+    Agent.objects.update_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug=slug,
+        defaults={"name": slug, "handler": handler, "visibility": Agent.Visibility.PUBLIC, "enabled": True},
+    )
+    return slug
+
+
+def _waiting_task(rpc, agent: str, text: str) -> dict:
+    task = rpc("SendMessage", user_message(text, new_id()), agent=agent)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    return task
+
+
+def _cancel(rpc, agent: str, task: dict) -> None:
+    canceled = rpc("CancelTask", {"id": task["id"]}, agent=agent)["result"]
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+def test_the_agent_gets_the_canceled_task_and_its_last_message_and_nothing_it_emits_is_stored(rpc, stored):
+    agent = _agent("clarify-canceled", "clarify")
+    task = _waiting_task(rpc, agent, "Plan the offsite")
+    _cancel(rpc, agent, task)
+    seq = Task.objects.get(pk=task["id"]).event_seq
+
+    executor = RecordingExecutor()
+    asyncio.run(_cancel_agent(task["id"], executor))
+
+    [(context, queue)] = executor.calls
+    assert isinstance(queue, DiscardingEventQueue)
+    assert context.current_task.id == task["id"]
+    assert context.current_task.status.state == TaskState.TASK_STATE_CANCELED
+    assert context.context_id == task["contextId"]
+    assert context.get_user_input() == "Plan the offsite"
+    after = Task.objects.get(pk=task["id"])
+    assert after.state == "canceled"
+    assert after.event_seq == seq
+
+
+def test_a_handler_that_raises_hangs_or_is_gone_is_only_logged(rpc, stored, caplog):
+    agent = _agent("clarify-then-gone", "clarify")
+    task = _waiting_task(rpc, agent, "Plan the party")
+    _cancel(rpc, agent, task)
+
+    with caplog.at_level("INFO", logger="tasks_app.turns"):
+        asyncio.run(_cancel_agent(task["id"], RaisingExecutor()))
+        started = time.monotonic()
+        asyncio.run(_cancel_agent(task["id"], HangingExecutor(), timeout=0.5))
+        assert time.monotonic() - started < 5.0
+        _agent(agent, "no-such-handler")
+        agent_cancel(task_id=task["id"])
+    assert "the remote said no" in caplog.text
+    assert "did not finish within 0.5 s" in caplog.text
+    assert "Handler 'no-such-handler' is not installed" in caplog.text
+    assert Task.objects.get(pk=task["id"]).state == "canceled"
+
+
+def test_a_task_that_is_not_canceled_gets_no_agent_cancel(rpc, stored, caplog):
+    agent = _agent("clarify-not-canceled", "clarify")
+    task = _waiting_task(rpc, agent, "Plan the trip")
+    with caplog.at_level("INFO", logger="tasks_app.turns"):
+        agent_cancel(task_id=task["id"])
+    assert "skipped: the task is input-required" in caplog.text
+    assert rpc("GetTask", {"id": task["id"]}, agent=agent)["result"]["status"]["state"] == (
+        "TASK_STATE_INPUT_REQUIRED"
+    )
+
+
+def test_a_queued_turn_of_a_canceled_task_never_starts(rpc, stored):
+    agent = _agent("clarify-queued", "clarify")
+    task = _waiting_task(rpc, agent, "Book a venue")
+    # The question's turn closes just after the task went input-required.
+    deadline = time.monotonic() + 15
+    while Message.objects.filter(task_id=task["id"], turn=Message.Turn.RUNNING).exists():
+        assert time.monotonic() < deadline, "the first turn never ended"
+        time.sleep(0.05)
+    # The answer was accepted but its turn never reached a worker (a broker
+    # outage: the sweeper would re-dispatch it later), as message_send leaves it.
+    waiting = Task.objects.select_related("tenant", "context").get(pk=task["id"])
+    queued = Message.objects.create(
+        tenant=waiting.tenant,
+        task=waiting,
+        context=waiting.context,
+        message_id=new_id(),
+        role=Message.Role.USER,
+        parts=[{"text": "Forty guests"}],
+        turn=Message.Turn.PENDING,
+        sender=waiting.owner,
+    )
+    Task.objects.filter(pk=waiting.pk).update(state="submitted")
+
+    _cancel(rpc, agent, task)
+    queued.refresh_from_db()
+    assert queued.turn == Message.Turn.DONE
+    final = rpc("GetTask", {"id": task["id"]}, agent=agent)["result"]
+    assert final["status"]["state"] == "TASK_STATE_CANCELED"
+    assert "artifacts" not in final

@@ -394,6 +394,10 @@ def turn_finish(task_pk, message_pk: int, error: BaseException | None) -> bool:
         Message.objects.filter(pk=message_pk).update(turn=Message.Turn.DONE)
         if task.is_terminal or task.is_interrupted:
             return task.state == TaskState.CANCELED
+        if Message.objects.filter(task=task, role=Message.Role.USER, pk__gt=message_pk).exists():
+            # The agent asked, and the answer came before this turn closed: the
+            # task belongs to the answer's turn now, not to this one.
+            return False
         if error is not None:
             reason = f"The agent failed: {error.__class__.__name__}: {error}"
         else:

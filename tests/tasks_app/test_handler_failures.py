@@ -40,3 +40,35 @@ def test_an_unknown_handler_fails_the_task(rpc, stored):
     ]
     assert task["status"]["state"] == "TASK_STATE_FAILED"
     assert "no-such-handler" in task["status"]["message"]["parts"][0]["text"]
+
+
+def test_an_answer_that_comes_before_the_question_turn_closes_is_not_failed(rpc, stored):
+    """A blocking client gets the question as soon as it is stored, before its turn closes.
+
+    Its answer sets the task back to SUBMITTED; the question's turn closing late
+    must leave the task to the answer's turn, not fail it as "unsettled".
+    """
+    from tasks_app.models import Message, Task
+    from tasks_app.turns import turn_finish
+
+    task = rpc("SendMessage", user_message("Plan the offsite", f"ask-{uuid.uuid4()}"), agent="clarify")
+    task = task["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    question = Message.objects.get(task_id=task["id"], role=Message.Role.USER)
+    # The answer as message_send stores it, its turn not yet dispatched.
+    waiting = Task.objects.select_related("tenant", "context").get(pk=task["id"])
+    Message.objects.create(
+        tenant=waiting.tenant,
+        task=waiting,
+        context=waiting.context,
+        message_id=f"answer-{uuid.uuid4()}",
+        role=Message.Role.USER,
+        parts=[{"text": "Forty guests"}],
+        turn=Message.Turn.PENDING,
+        sender=waiting.owner,
+    )
+    Task.objects.filter(pk=waiting.pk).update(state="submitted")
+
+    turn_finish(waiting.pk, question.pk, None)  # the question's turn closes late
+
+    assert Task.objects.get(pk=waiting.pk).state == "submitted"

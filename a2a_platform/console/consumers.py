@@ -2,36 +2,102 @@
 
 Messages are small notes (task id, state, seq); the page fetches what it shows
 over HTTP, so the socket never carries agent output.
+
+Access is checked when the socket opens, again when a `member.revoked` note
+names the socket's user (a2a_platform/tenants/signals.py), and again before a
+note is forwarded when the last check is older than RECHECK_SECONDS, for
+changes that sent no signal (a queryset .update(), raw SQL). A socket whose
+user lost the tenant closes with 4403 and forwards nothing more.
 """
+
+import logging
+import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from a2a_platform.console.access import console_access
 from tasks_app.events import tenant_group_name
 
+log = logging.getLogger(__name__)
+
+# At most one access query per socket in this many seconds, however many notes come.
+RECHECK_SECONDS = 10.0
+# Not (or no longer) allowed to see this tenant.
+CLOSE_REVOKED = 4403
+# Refused at connect: not a member, or no such tenant.
+CLOSE_REFUSED = 4404
+
+
+def _connect_access(user, slug: str):
+    access = console_access(user, slug)
+    return access, (user.pk if access is not None else None)
+
+
+def _still_allowed(user_pk, slug: str) -> bool:
+    """Whether the user, as stored now (deleted, deactivated), may still open the tenant."""
+    user = get_user_model().objects.filter(pk=user_pk).first()
+    return user is not None and console_access(user, slug) is not None
+
 
 class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
     group = None
+    user_pk = None
+    slug = None
+    checked_at = 0.0
+    revoked = False
 
     async def connect(self):
         slug = self.scope["url_route"]["kwargs"]["tenant"]
-        access = await database_sync_to_async(console_access)(self.scope["user"], slug)
+        access, user_pk = await database_sync_to_async(_connect_access)(self.scope["user"], slug)
         if access is None:
             # Same refusal for "not a member" and "no such tenant".
-            await self.close(code=4404)
+            await self.close(code=CLOSE_REFUSED)
             return
+        self.slug, self.user_pk = slug, user_pk
+        self.checked_at = time.monotonic()
         self.group = tenant_group_name(access.tenant.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code):
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.leave_group()
 
     async def receive_json(self, content, **kwargs):
         # The browser only listens.
         return
 
     async def tenant_task(self, event):
+        if self.revoked:
+            return
+        if time.monotonic() - self.checked_at >= RECHECK_SECONDS and not await self.check_access():
+            return
         await self.send_json({"task": event["task"], "state": event["state"], "seq": event["seq"]})
+
+    async def member_revoked(self, event):
+        if self.revoked or event.get("user") != self.user_pk:
+            return
+        # Check rather than close blindly: a superuser keeps every tenant, and a
+        # user may have been added back since.
+        await self.check_access()
+
+    async def check_access(self) -> bool:
+        """Check the user's access now; close the socket if it is gone."""
+        try:
+            allowed = await database_sync_to_async(_still_allowed)(self.user_pk, self.slug)
+        except Exception:
+            log.exception("Could not check user %s's access to tenant %s", self.user_pk, self.slug)
+            # Not knowing is not being allowed: the page reconnects and is checked afresh.
+            allowed = False
+        self.checked_at = time.monotonic()
+        if not allowed:
+            self.revoked = True
+            await self.leave_group()
+            await self.close(code=CLOSE_REVOKED)
+        return allowed
+
+    async def leave_group(self):
+        if self.group:
+            group, self.group = self.group, None
+            await self.channel_layer.group_discard(group, self.channel_name)

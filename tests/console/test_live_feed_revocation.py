@@ -1,0 +1,180 @@
+"""Someone who loses a tenant loses its live feed too, on a socket that is already open.
+
+The feed carries the tenant's task ids and states. A real browser opens it with
+its session cookie against the live server; access then goes away by the
+management API removing the membership (a signal tells the feed), by the Django
+admin deactivating the user, or by a queryset update that sends no signal (the
+feed's own periodic re-check catches that one).
+"""
+
+import time
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
+
+from a2a_platform.console.consumers import CLOSE_REVOKED, RECHECK_SECONDS
+from a2a_platform.tenants.models import AuditEvent, Membership, Tenant
+from tests.conftest import user_message
+from tests.console.conftest import PASSWORD, orm, wait_live
+
+# A signal's note reaches the feed in well under a second; this leaves room for a loaded machine
+# and stays below RECHECK_SECONDS, so only the signal can close the socket in time.
+CLOSED_WITHIN = 8.0
+NOTE_WITHIN = 30.0
+
+# Opens a second feed socket in the page and records what it gets in window.__feed.
+OPEN_FEED = """url => new Promise(resolve => {
+    const feed = {notes: [], closed: null, opened: false};
+    window.__feed = feed;
+    const socket = new WebSocket(url);
+    socket.onopen = () => { feed.opened = true; resolve(true); };
+    socket.onmessage = event => feed.notes.push(JSON.parse(event.data));
+    socket.onclose = event => { feed.closed = event.code; resolve(false); };
+})"""
+
+
+def _make_member(role=Membership.Role.VIEWER, **user_fields) -> str:
+    """A fresh user, member of acme only (the shared people stay as they are); returns the username."""
+    username = f"feed-{uuid.uuid4().hex[:8]}"
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD, **user_fields)
+    Membership.objects.create(user=user, tenant=Tenant.objects.get(slug="acme"), role=role)
+    return username
+
+
+def _membership_role(username: str):
+    return (
+        Membership.objects.filter(user__username=username, tenant__slug="acme")
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def _csrf(page) -> str:
+    return next(cookie["value"] for cookie in page.context.cookies() if cookie["name"] == "csrftoken")
+
+
+@pytest.fixture
+def feed(server):
+    """feed(page) opens acme's feed in the page as its own socket; returns a reader of what it got."""
+
+    def open_in(page) -> "Feed":
+        opened = page.evaluate(OPEN_FEED, server.base_url.replace("http", "ws", 1) + "/console/t/acme/feed/")
+        assert opened is True, page.evaluate("window.__feed")
+        return Feed(page)
+
+    return open_in
+
+
+class Feed:
+    def __init__(self, page):
+        self.page = page
+
+    def state(self) -> dict:
+        return self.page.evaluate("window.__feed")
+
+    def tasks(self) -> set[str]:
+        return {note["task"] for note in self.state()["notes"]}
+
+    def wait_for_task(self, task_id: str) -> None:
+        self.page.wait_for_function(
+            "id => window.__feed.notes.some(note => note.task === id)",
+            arg=task_id,
+            timeout=NOTE_WITHIN * 1000,
+        )
+
+    def wait_closed(self, within: float) -> int:
+        self.page.wait_for_function("() => window.__feed.closed !== null", timeout=within * 1000)
+        return self.state()["closed"]
+
+
+@pytest.fixture
+def start_task(rpc, acme_agent):
+    """start_task() runs one echo turn on an agent of acme (its notes go on acme's feed); returns its id."""
+    agent = acme_agent("feed-echo", "echo")
+
+    def start() -> str:
+        result = rpc("SendMessage", user_message("hi", f"msg-{uuid.uuid4()}"), agent=agent, tenant="acme")
+        return result["result"]["task"]["id"]
+
+    return start
+
+
+def test_a_member_removed_through_the_api_loses_the_open_feed(server, sign_in, feed, start_task):
+    username = orm(_make_member)
+    member = sign_in(username)
+    wait_live(member)
+    live = feed(member)
+    first = start_task()
+    live.wait_for_task(first)
+
+    # A role change takes nothing away: the feed stays open and keeps its notes coming.
+    alice = sign_in("alice")
+    url = f"/api/v1/tenants/acme/members/{username}/"
+    changed = alice.request.patch(url, data={"role": "operator"}, headers={"X-CSRFToken": _csrf(alice)})
+    assert changed.status == 200, changed.text()
+    second = start_task()
+    live.wait_for_task(second)
+    assert live.state()["closed"] is None
+
+    removed = alice.request.delete(url, headers={"X-CSRFToken": _csrf(alice)})
+    assert removed.status == 204, removed.text()
+    assert orm(_membership_role, username) is None
+    started = time.monotonic()
+    assert live.wait_closed(CLOSED_WITHIN) == CLOSE_REVOKED
+    assert time.monotonic() - started < CLOSED_WITHIN
+    # The page's own feed went too, and does not open again.
+    expect(member.locator("body")).not_to_have_attribute("data-live-state", "open", timeout=15_000)
+
+    after = start_task()
+    time.sleep(1.0)
+    assert after not in live.tasks()
+    assert {first, second} <= live.tasks()
+    assert orm(lambda: AuditEvent.objects.filter(action="member.remove", target_id=username).count()) == 1
+
+
+def test_a_user_deactivated_in_the_django_admin_loses_the_open_feed(server, sign_in, feed, start_task):
+    username = orm(_make_member, role=Membership.Role.OPERATOR)
+    root = f"root-{uuid.uuid4().hex[:8]}"
+    orm(lambda: get_user_model().objects.create_superuser(username=root, password=PASSWORD))
+    member = sign_in(username)
+    live = feed(member)
+    first = start_task()
+    live.wait_for_task(first)
+
+    admin = sign_in(root, lands_on=lambda url: "/console/login" not in url)
+    user_pk = orm(lambda: get_user_model().objects.get(username=username).pk)
+    admin.goto(f"/admin/auth/user/{user_pk}/change/")
+    admin.get_by_label("Active").uncheck()
+    admin.get_by_role("button", name="Save", exact=True).click()
+    expect(admin.locator(".messagelist")).to_contain_text("was changed successfully")
+    assert orm(lambda: get_user_model().objects.get(pk=user_pk).is_active) is False
+
+    assert live.wait_closed(CLOSED_WITHIN) == CLOSE_REVOKED
+    after = start_task()
+    time.sleep(1.0)
+    assert after not in live.tasks()
+
+
+def test_access_lost_without_a_signal_is_caught_before_the_next_note(server, sign_in, feed, start_task):
+    username = orm(_make_member)
+    member = sign_in(username)
+    live = feed(member)
+    first = start_task()
+    live.wait_for_task(first)
+    opened_at = time.monotonic()
+
+    # A queryset update sends no post_save: nothing tells the feed.
+    updated = orm(lambda: get_user_model().objects.filter(username=username).update(is_active=False))
+    assert updated == 1
+    time.sleep(1.0)
+    assert live.state()["closed"] is None
+
+    # Once its last check is old enough, the feed checks again before it forwards a note.
+    time.sleep(max(0.0, RECHECK_SECONDS + 0.5 - (time.monotonic() - opened_at)))
+    hidden = start_task()
+    assert live.wait_closed(NOTE_WITHIN) == CLOSE_REVOKED
+    time.sleep(0.5)
+    assert hidden not in live.tasks()
+    assert first in live.tasks()

@@ -152,7 +152,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            "CONFIG": {
+                # channels_redis waits up to 5 s on a blocking pop; redis-py 8 reads
+                # with a 5 s socket timeout by default, which broke idle receives
+                # ("Timeout reading from ..."). Reads get well over the pop's wait.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "capacity": 1000,
+                "expiry": 60,
+            },
         }
     }
     CELERY_BROKER_URL = REDIS_URL

@@ -124,8 +124,9 @@ def test_a_member_removed_through_the_api_loses_the_open_feed(server, sign_in, f
     started = time.monotonic()
     assert live.wait_closed(CLOSED_WITHIN) == CLOSE_REVOKED
     assert time.monotonic() - started < CLOSED_WITHIN
-    # The page's own feed went too, and does not open again.
-    expect(member.locator("body")).not_to_have_attribute("data-live-state", "open", timeout=15_000)
+    # The page's own feed went too: it says why and does not try again.
+    expect(member.locator("body")).to_have_attribute("data-live-state", "refused", timeout=15_000)
+    expect(member.locator("#live-state")).to_have_text("You no longer have access to this tenant")
 
     after = start_task()
     time.sleep(1.0)

@@ -125,6 +125,7 @@
     };
     socket.onclose = function (event) {
       if (event.code === 4404) { setState("refused", "Live updates unavailable"); return; }
+      if (event.code === 4403) { setState("refused", "You no longer have access to this tenant"); return; }
       setState("closed", "Offline, retrying…");
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 15000);

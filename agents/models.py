@@ -1,6 +1,10 @@
+import json
+
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from a2a_platform.tenants.models import Tenant, slug_validator
+from agents.registry import ConfigInvalid, HandlerNotAvailable, available_handlers, validate_handler_config
 
 
 class Agent(models.Model):
@@ -30,6 +34,42 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.slug}"
+
+    def clean(self):
+        """Refuse a handler that is not installed and a config the handler cannot run with.
+
+        Every way an agent is created or changed goes through here: the services
+        (management API, console, `agent` command) call full_clean(), and so do
+        model forms (console, admin). Only a new agent, or a change of its handler
+        or config, is checked: a row stored before a rule existed can still be
+        renamed or disabled. The check may resolve a host name (a2a_proxy).
+        """
+        super().clean()
+        if not self.handler:
+            return  # clean_fields() says it is required
+
+        def key(handler, config) -> tuple[str, str]:
+            # As JSON text: true and 1 are equal in Python, not in a config.
+            return handler, json.dumps(config, sort_keys=True, default=str)
+
+        checking = key(self.handler, self.config)
+        if checking == getattr(self, "_checked_handler_config", None):
+            return  # a form already checked these very values on this instance
+        if self.pk is not None:
+            stored = Agent.objects.filter(pk=self.pk).values_list("handler", "config").first()
+            if stored is not None and key(*stored) == checking:
+                return
+        if self.handler not in available_handlers():
+            raise ValidationError(
+                {"handler": f"handler must be one of: {', '.join(sorted(available_handlers()))}"}
+            )
+        try:
+            validate_handler_config(self.handler, self.config)
+        except HandlerNotAvailable as exc:
+            raise ValidationError({"handler": str(exc)}) from None
+        except ConfigInvalid as exc:
+            raise ValidationError({"config": str(exc)}) from None
+        self._checked_handler_config = checking
 
     @property
     def is_public(self) -> bool:

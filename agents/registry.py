@@ -4,6 +4,11 @@ Three sources, in order: the built-ins below, every handler an installed
 package declares in the `a2a_platform.handlers` entry-point group, and the
 `name=dotted.path` pairs in settings.A2A_EXTRA_HANDLERS. Only these names can
 be chosen in forms; a dotted path typed by a user is never imported.
+
+A handler may check an agent's config before it is stored: a classmethod or
+staticmethod `validate_config(config: dict) -> None` on its executor class that
+raises ConfigInvalid (or ValueError, or Django's ValidationError) with a
+message saying what to change. Handlers without one accept any JSON object.
 """
 
 import inspect
@@ -13,6 +18,7 @@ from importlib.metadata import entry_points
 
 from a2a.server.agent_execution import AgentExecutor
 from django.conf import settings
+from django.core.exceptions import ValidationError
 
 BUILTIN_HANDLERS = {
     "echo": "agents.builtin.echo.EchoAgentExecutor",
@@ -26,6 +32,10 @@ ENTRY_POINT_GROUP = "a2a_platform.handlers"
 
 class HandlerNotAvailable(Exception):
     pass
+
+
+class ConfigInvalid(ValueError):
+    """An agent config its handler cannot run with; the message says what to change."""
 
 
 @cache
@@ -58,6 +68,29 @@ def load_handler(name: str) -> type[AgentExecutor]:
     if not (inspect.isclass(handler) and issubclass(handler, AgentExecutor)):
         raise HandlerNotAvailable(f"Handler '{name}' is not an a2a-sdk AgentExecutor")
     return handler
+
+
+def validate_handler_config(name: str, config) -> None:
+    """Check `config` against handler `name` without running or instantiating the handler.
+
+    Raises HandlerNotAvailable when the name is not installed or does not load,
+    ConfigInvalid when the config is not a JSON object or the handler's
+    `validate_config` refuses it.
+    """
+    handler = load_handler(name)
+    if not isinstance(config, dict):
+        raise ConfigInvalid("config must be a JSON object")
+    # Only a class or static method: calling anything else would need an instance.
+    if not isinstance(inspect.getattr_static(handler, "validate_config", None), (classmethod, staticmethod)):
+        return
+    try:
+        handler.validate_config(config)
+    except ConfigInvalid:
+        raise
+    except ValidationError as exc:
+        raise ConfigInvalid(" ".join(exc.messages) or f"Handler '{name}' refused this config") from exc
+    except (ValueError, TypeError) as exc:
+        raise ConfigInvalid(str(exc) or f"Handler '{name}' refused this config") from exc
 
 
 def build_executor(agent) -> AgentExecutor:

@@ -34,12 +34,23 @@ class AgentForm(forms.ModelForm):
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
         required=False,
         initial="{}",
-        help_text="A JSON object handed to the handler.",
+        help_text="A JSON object handed to the handler; it is checked against the handler's rules.",
     )
 
     class Meta:
         model = Agent
-        fields = ["name", "slug", "handler", "description", "version", "visibility", "enabled"]
+        # skills and config are here so the instance the model checks (Agent.clean) carries them.
+        fields = [
+            "name",
+            "slug",
+            "handler",
+            "description",
+            "version",
+            "visibility",
+            "enabled",
+            "skills",
+            "config",
+        ]
         help_texts = {"slug": "Part of the agent's URL: /a2a/<tenant>/<slug>/. Cannot be changed later."}
 
     def __init__(self, *args, tenant, **kwargs):
@@ -83,6 +94,14 @@ class AgentForm(forms.ModelForm):
         except (ParseError, TypeError, ValueError) as exc:
             raise forms.ValidationError(f"These values do not make a valid agent card: {exc}") from None
         return cleaned
+
+    def _post_clean(self):
+        # The model's own checks (Agent.clean: the config against the handler) judge the
+        # instance as the form fills it in: with a field already refused, they would judge
+        # a default instead of what was typed. Those come once the fields are fixed.
+        if self.errors:
+            return
+        super()._post_clean()
 
 
 class ClientForm(forms.Form):

@@ -10,7 +10,8 @@ Multi-turn: the remote task and context ids are stored in the local task's
 metadata (through the metadata of a status update) as soon as the remote task
 exists, so a follow-up to a local task that went input-required is forwarded
 to the same remote task. Bad config and unreachable remotes end the task
-FAILED with a readable status message.
+FAILED with a readable status message; a new or changed config is checked
+before it is stored (validate_config), with the same URL screening.
 """
 
 import asyncio
@@ -42,6 +43,7 @@ from a2a.utils.errors import A2AError
 from django.conf import settings
 from google.protobuf.json_format import MessageToDict
 
+from agents.registry import ConfigInvalid
 from tasks_app.push import PushUrlRefused, push_url_check
 
 logger = logging.getLogger(__name__)
@@ -135,6 +137,35 @@ class A2AProxyAgentExecutor(AgentExecutor):
             "examples": ["hello"],
         }
     ]
+
+    @staticmethod
+    def validate_config(config: dict) -> None:
+        """What remote_target() would refuse at call time, refused before the config is stored.
+
+        Resolves the URL's host (the SSRF screening needs its addresses), and a bit
+        stricter than remote_target(): "timeout" must be a number of seconds a turn
+        can last, and header values must not break a request.
+        """
+        url = config.get("url")
+        if url is not None and not isinstance(url, str):
+            raise ConfigInvalid('"url" in the config must be a string, the http(s) URL of an A2A agent.')
+        timeout = config.get("timeout", DEFAULT_TIMEOUT)
+        longest = settings.A2A_TURN_LEASE
+        number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        if not (number and 1 <= timeout <= longest):
+            # Beyond the turn lease the sweeper would take the turn for lost.
+            raise ConfigInvalid(f'"timeout" must be a number of seconds from 1 to {longest}.')
+        try:
+            target = remote_target(config)
+        except ProxyConfigError as exc:
+            # remote_target() words it for a status message about "this proxy agent".
+            message = str(exc).replace("its config", "the config")
+            raise ConfigInvalid(f"{message[:1].upper()}{message[1:]}.") from None
+        except ValueError as exc:  # urlsplit() refuses some URLs outright
+            raise ConfigInvalid(f'"url" in the config is not a valid URL: {exc}.') from None
+        for name, value in target.headers.items():
+            if not name.strip() or any(c in f"{name}{value}" for c in "\r\n\x00"):
+                raise ConfigInvalid(f'"headers" in the config has an invalid header: {name!r}.')
 
     def __init__(self, config: dict | None = None):
         self.config = config or {}

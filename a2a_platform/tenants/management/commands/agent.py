@@ -1,3 +1,5 @@
+import json
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
@@ -22,10 +24,19 @@ class Command(BaseCommand):
         create.add_argument("--name", default="")
         create.add_argument("--description", default="")
         create.add_argument("--authenticated", action="store_true", help="Require an OAuth2 bearer token")
+        create.add_argument(
+            "--config",
+            default="{}",
+            help='The handler\'s config, a JSON object (a2a_proxy needs one with a "url")',
+        )
 
     def handle(self, *args, action, **options):
         tenant = tenant_or_error(options["tenant"])
         visibility = Agent.Visibility.AUTHENTICATED if options["authenticated"] else Agent.Visibility.PUBLIC
+        try:
+            config = json.loads(options["config"])
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--config is not valid JSON: {exc}") from None
         try:
             agent = agent_register(
                 tenant=tenant,
@@ -35,6 +46,7 @@ class Command(BaseCommand):
                 name=options["name"],
                 description=options["description"],
                 visibility=visibility,
+                config=config,
             )
         except ValidationError as error:
             raise CommandError(validation_message(error)) from None

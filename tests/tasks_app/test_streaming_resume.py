@@ -80,6 +80,14 @@ def test_idle_streams_get_heartbeat_comments(server, db_settings, log_dir, rpc):
     try:
         params = {**_progress_request(), "configuration": {"returnImmediately": True}}
         task = rpc("SendMessage", params, agent="clarify")["result"]["task"]
+        # Subscribed to while it waits for input, the stream stays open and idle; before
+        # that, the input-required event would close it. Under load the turn may lag.
+        deadline = time.monotonic() + 20
+        while rpc("GetTask", {"id": task["id"]}, agent="clarify")["result"]["status"]["state"] != (
+            "TASK_STATE_INPUT_REQUIRED"
+        ):
+            assert time.monotonic() < deadline, "the clarify task never asked its question"
+            time.sleep(0.1)
         body = {"jsonrpc": "2.0", "id": 4, "method": "SubscribeToTask", "params": {"id": task["id"]}}
         comments = 0
         with httpx.stream(

@@ -109,8 +109,11 @@ async def follow(
 ) -> AsyncIterator[tuple[int, dict] | object]:
     """Yield (seq, payload) for every event after after_seq, stored then live.
 
-    Stops after an event that closes a stream. Yields HEARTBEAT when nothing
-    happened for `heartbeat` seconds.
+    Stops after an event that closes a stream, and when the log has nothing
+    after the reader's position and the task is over (a reader that resumed
+    after the final event, or a task that is gone). A task waiting for input
+    keeps its reader on. Yields HEARTBEAT when nothing happened for
+    `heartbeat` seconds.
     """
     heartbeat = heartbeat or settings.A2A_SSE_HEARTBEAT
     loop = asyncio.get_running_loop()
@@ -120,11 +123,14 @@ async def follow(
         from_log = True
         while True:
             if from_log:
-                for seq, payload in await sync_to_async(events_after)(task_pk, last):
+                state, events = await sync_to_async(_state_and_events_after)(task_pk, last)
+                for seq, payload in events:
                     last, quiet_since = seq, loop.time()
                     yield seq, payload
                     if closes_stream(payload):
                         return
+                if not events and (state is None or state in TERMINAL_STATES):
+                    return
                 from_log = False
             # Never wait longer than a few seconds without looking at the log:
             # it heals a notification lost between processes.
@@ -170,3 +176,13 @@ async def wait_until_settled(task_pk, *, timeout: float | None = None) -> None:
 
 def _current_state(task_pk):
     return Task.objects.filter(pk=task_pk).values_list("state", flat=True).first()
+
+
+def _state_and_events_after(task_pk, seq: int) -> tuple[str | None, list[tuple[int, dict]]]:
+    """The task's state, then its events after seq.
+
+    State first: an event is stored in the transaction that sets the state it
+    announces, so a terminal state read here means its event is in the list
+    that follows, or was already read.
+    """
+    return _current_state(task_pk), events_after(task_pk, seq)

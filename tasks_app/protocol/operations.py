@@ -84,6 +84,16 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
     if task is None:
         raise TaskNotFoundError()
     if call.last_event_id is not None:
+        if call.last_event_id > task.event_seq:
+            # Not an id this task's stream ever sent: waiting for it would never end.
+            raise InvalidParamsError(
+                message=(
+                    f"Last-Event-ID {call.last_event_id} is beyond the task's log, "
+                    f"which ends at event {task.event_seq}"
+                )
+            )
+        # Resuming: what the client missed, then live events. A client that saw
+        # the final event gets an empty stream that closes at once.
         return _stream(task.pk, after=call.last_event_id, snapshot=False)
     if task.is_terminal:
         raise UnsupportedOperationError(

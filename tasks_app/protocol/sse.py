@@ -2,8 +2,10 @@
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 
+from a2a.utils.errors import InvalidParamsError
 from django.http import StreamingHttpResponse
 
 from tasks_app.events import HEARTBEAT
@@ -11,10 +13,27 @@ from tasks_app.events import HEARTBEAT
 logger = logging.getLogger(__name__)
 
 
+# Event ids are log positions, so decimal digits only (not str.isdigit(), which
+# takes '²' and other digits int() refuses). A hundred digits is past any log
+# and keeps int() far from its length limit.
+EVENT_ID = re.compile(r"[0-9]{1,100}")
+
+
 def last_event_id(request) -> int | None:
-    """The Last-Event-ID a reconnecting client sent, if it is a log position."""
+    """The log position a reconnecting client sent as Last-Event-ID, or None without one.
+
+    Anything else in the header is the client's error: InvalidParams, never a
+    silent fresh start (the client would get events it already had).
+    """
     value = request.headers.get("Last-Event-ID", "").strip()
-    return int(value) if value.isdigit() else None
+    if not value:
+        return None
+    if not EVENT_ID.fullmatch(value):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise InvalidParamsError(
+            message=f"Last-Event-ID must be an event id this server sent (a whole number >= 0), not {shown!r}"
+        )
+    return int(value)
 
 
 def sse_response(

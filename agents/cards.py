@@ -108,10 +108,15 @@ def card_dict(agent: Agent, base_url: str, *, extended: bool = False) -> dict:
     return served
 
 
+def card_last_modified(agent: Agent) -> int:
+    """When the card last changed, in whole seconds (what Last-Modified can say)."""
+    return int(agent.updated_at.timestamp())
+
+
 def card_cache_headers(card: dict, agent: Agent) -> dict[str, str]:
     digest = hashlib.sha256(json.dumps(card, sort_keys=True).encode()).hexdigest()[:32]
     return {
         "ETag": f'W/"{digest}"',
-        "Last-Modified": http_date(agent.updated_at.timestamp()),
+        "Last-Modified": http_date(card_last_modified(agent)),
         "Cache-Control": f"public, max-age={settings.A2A_CARD_MAX_AGE}",
     }

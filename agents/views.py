@@ -1,9 +1,23 @@
 from asgiref.sync import sync_to_async
-from django.http import HttpResponse, JsonResponse
+from django.http import JsonResponse
+from django.utils.cache import get_conditional_response
+from django.views.decorators.csrf import csrf_exempt
 
 from agents.access import get_enabled_agent
-from agents.cards import card_cache_headers, card_dict, public_base_url
+from agents.cards import card_cache_headers, card_dict, card_last_modified, public_base_url
 from agents.models import Agent
+
+# Cards are only ever read: nothing here takes a write, so no CSRF check either
+# (it would answer a stray POST with an HTML 403 instead of this 405).
+READ_METHODS = ("GET", "HEAD")
+
+
+def _method_not_allowed(request) -> JsonResponse | None:
+    if request.method in READ_METHODS:
+        return None
+    response = JsonResponse({"error": f"{request.method} is not allowed here; read it with GET"}, status=405)
+    response["Allow"] = ", ".join(READ_METHODS)
+    return response
 
 
 def _card_response(request, tenant: str, agent: str):
@@ -12,12 +26,23 @@ def _card_response(request, tenant: str, agent: str):
         return JsonResponse({"error": "No agent at this URL"}, status=404)
     card = card_dict(found, public_base_url(request))
     headers = card_cache_headers(card, found)
-    if request.headers.get("If-None-Match") == headers["ETag"]:
-        return HttpResponse(status=304, headers=headers)
-    return JsonResponse(card, headers=headers)
+    # Django evaluates the preconditions as RFC 9110 §13.2.2 says: If-None-Match
+    # by weak comparison (with or without W/, lists, *), and If-Modified-Since
+    # only when there is no If-None-Match. A 304 keeps ETag, Last-Modified and
+    # Cache-Control.
+    return get_conditional_response(
+        request,
+        etag=headers["ETag"],
+        last_modified=card_last_modified(found),
+        response=JsonResponse(card, headers=headers),
+    )
 
 
+@csrf_exempt
 async def agent_card(request, tenant: str, agent: str):
+    refused = _method_not_allowed(request)
+    if refused:
+        return refused
     return await sync_to_async(_card_response)(request, tenant, agent)
 
 
@@ -28,7 +53,11 @@ def _catalog(request, tenant: str):
     return [card_dict(agent, base_url) for agent in agents]
 
 
+@csrf_exempt
 async def tenant_catalog(request, tenant: str):
+    refused = _method_not_allowed(request)
+    if refused:
+        return refused
     cards = await sync_to_async(_catalog)(request, tenant)
     if not cards:
         return JsonResponse({"error": "No agents at this URL"}, status=404)

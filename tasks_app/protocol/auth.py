@@ -10,6 +10,8 @@ Three kinds of callers, checked in this order:
   as in the SDK).
 """
 
+import sys
+
 from rest_framework.authentication import CSRFCheck
 
 from a2a_platform.oauth import bearer_token_verify, has_bearer_header
@@ -36,11 +38,21 @@ SEES_ALL_ROLES = {Membership.Role.OWNER, Membership.Role.OPERATOR}
 
 
 class CallerUnauthenticated(Exception):
-    """No valid credentials: HTTP 401 with a WWW-Authenticate challenge."""
+    """No valid credentials: HTTP 401 with a WWW-Authenticate challenge.
 
-    def __init__(self, message: str = "Authentication required: send 'Authorization: Bearer <token>'"):
+    `error` is the RFC 6750 error code of the challenge: "invalid_token" when a
+    bearer token was sent and is no good, None when the request had no
+    credentials or used another scheme (§3.1: then the challenge names no error).
+    """
+
+    def __init__(
+        self,
+        message: str = "Authentication required: send 'Authorization: Bearer <token>'",
+        error: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
+        self.error = error
 
 
 class CallerForbidden(Exception):
@@ -52,6 +64,16 @@ class CallerForbidden(Exception):
 
 
 def www_authenticate(agent: Agent, error: str | None = None) -> str:
+    """The Bearer challenge for a 401 or 403 from `agent`'s endpoints.
+
+    Pass CallerUnauthenticated.error for a 401. The bindings call this inside
+    `except CallerUnauthenticated` with "invalid_token" for every 401, so while
+    such an exception is being handled its own `error` decides: a request that
+    sent no token gets a challenge without an error code.
+    """
+    handled = sys.exception()
+    if error == "invalid_token" and isinstance(handled, CallerUnauthenticated):
+        error = handled.error
     value = f'Bearer realm="a2a/{agent.tenant.slug}/{agent.slug}"'
     if error:
         value += f', error="{error}"'
@@ -67,7 +89,7 @@ def _member_role(user, agent: Agent) -> str | None:
 def _token_caller(request, agent: Agent, method: str) -> Caller:
     token = bearer_token_verify(request)
     # Same message for unknown, expired, revoked and other-tenant tokens: nothing to learn from it.
-    invalid = CallerUnauthenticated("The access token is invalid, expired or revoked")
+    invalid = CallerUnauthenticated("The access token is invalid, expired or revoked", error="invalid_token")
     if token is None or token.application is None or token.application.tenant_id != agent.tenant_id:
         raise invalid
     scopes = frozenset(token.scope.split())

@@ -67,6 +67,32 @@ def test_expired_token_is_refused_with_401(trio):
     assert rest(trio, "acme", "vault", "GET", "tasks", expired).status_code == 401
 
 
+def _unauthorized(trio, binding: str, headers: dict) -> httpx.Response:
+    url = f"{trio.base_url}/a2a/acme/vault/"
+    if binding == "rest":
+        return httpx.get(url + "rest/tasks", headers={"A2A-Version": "1.0", **headers}, timeout=30)
+    if binding == "jsonrpc":
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+        headers = {"A2A-Version": "1.0", **headers}
+    else:  # 0.3: no A2A-Version
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "t-1"}}
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "v0.3"])
+def test_a_401_names_invalid_token_only_when_a_token_was_sent(trio, binding):
+    """RFC 6750 §3.1: no credentials (or an unsupported scheme) get a challenge without an error code."""
+    bare = 'Bearer realm="a2a/acme/vault"'
+    for headers in ({}, {"Authorization": "Basic dXNlcjpwYXNz"}):
+        answer = _unauthorized(trio, binding, headers)
+        assert answer.status_code == 401
+        assert answer.headers["WWW-Authenticate"] == bare, headers
+    for token in ("not-a-token", trio.token("acme", expires_in=-5), trio.token("globex")):
+        answer = _unauthorized(trio, binding, trio.auth(token))
+        assert answer.status_code == 401
+        assert answer.headers["WWW-Authenticate"] == bare + ', error="invalid_token"'
+
+
 def test_token_revoked_at_the_revocation_endpoint_is_refused(trio):
     client = trio.clients["acme"]
     token = trio.client_credentials_token(client).json()["access_token"]

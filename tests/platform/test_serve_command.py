@@ -8,8 +8,9 @@ import sys
 import time
 
 import httpx
+import pytest
 
-from tests.live import ROOT, free_port
+from tests.live import ROOT, database_env, free_port
 
 
 def _serve(var_dir, port: int) -> subprocess.Popen:
@@ -88,3 +89,63 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
         assert db.execute("SELECT count(*) FROM auth_user").fetchone() == (1,)
         # The task the printed curl created is still there after the restart.
         assert db.execute("SELECT count(*) FROM tasks_app_task").fetchone() == (1,)
+
+
+def test_banner_names_the_real_database_and_worker_and_lines_up_the_agents(db_settings, tmp_path):
+    """`serve` on this session's database (PostgreSQL in services mode) without REDIS_URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH"}}
+    env.update(database_env(db_settings), A2A_VAR_DIR=str(tmp_path))
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        banner = _banner(process)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    lines = banner.splitlines()
+    database = next(line for line in lines if line.startswith("  Database:"))
+    workers = next(line for line in lines if line.startswith("  Workers:"))
+    serving = next(line for line in lines if line.startswith("A2A platform serving on"))
+    if db_settings["ENGINE"].endswith("postgresql"):
+        assert f"PostgreSQL database {db_settings['NAME']} on " in database, banner
+        assert "SQLite" not in banner and "embedded" not in serving, banner
+    else:
+        assert database.endswith(f"SQLite {db_settings['NAME']}"), banner
+        assert serving.endswith("(embedded default)"), banner
+    assert "Celery worker threads in this process" in workers and "no REDIS_URL" in workers, banner
+    agents = [line for line in banner.splitlines() if line.startswith("  Agent ")]
+    assert len(agents) >= 6
+    columns = {line.index("http://") for line in agents}
+    assert len(columns) == 1, "\n".join(agents)
+    for line in agents:
+        assert re.match(r"  Agent [a-z0-9-]+: +http://", line), line
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_banner_descriptions_of_each_deployment():
+    from django.test import override_settings
+
+    from a2a_platform.tenants.management.commands.serve import database_description, worker_description
+
+    postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "a2a", "HOST": "db.internal", "PORT": 5432}
+    postgres["USER"], postgres["PASSWORD"] = "app", "s3cret"
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/var/db.sqlite3"}
+    with override_settings(DATABASES={"default": postgres}):
+        assert database_description() == "PostgreSQL database a2a on db.internal:5432"
+    with override_settings(DATABASES={"default": sqlite}):
+        assert database_description() == "SQLite /srv/var/db.sqlite3"
+    with override_settings(EMBEDDED_WORKER=False, REDIS_URL="redis://:hunter2@cache.internal:6380/1"):
+        assert worker_description() == (
+            "separate Celery workers; broker and channel layer on Redis at cache.internal:6380"
+        )
+    with override_settings(EMBEDDED_WORKER=True, REDIS_URL=""):
+        assert worker_description() == (
+            "Celery worker threads in this process; in-memory broker and channel layer (no REDIS_URL)"
+        )

@@ -2,10 +2,12 @@ import faulthandler
 import logging
 import signal
 import threading
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connection
 
 from a2a_platform.tenants.seed import DEMO_AGENTS, seed_demo
 
@@ -49,6 +51,28 @@ def _sweep_forever() -> None:
             close_old_connections()
 
 
+def database_description() -> str:
+    """Which database this process uses (never its user or password), for the banner."""
+    database = settings.DATABASES["default"]
+    engine = database["ENGINE"].rsplit(".", 1)[-1]
+    if engine == "sqlite3":
+        return f"SQLite {database['NAME']}"
+    vendor = {"postgresql": "PostgreSQL", "mysql": "MySQL", "oracle": "Oracle"}.get(engine, engine)
+    where = database.get("HOST") or "localhost"
+    if database.get("PORT"):
+        where += f":{database['PORT']}"
+    return f"{vendor} database {database['NAME']} on {where}"
+
+
+def worker_description() -> str:
+    """Where agent turns run and how events travel, for the banner."""
+    if settings.EMBEDDED_WORKER:
+        return "Celery worker threads in this process; in-memory broker and channel layer (no REDIS_URL)"
+    redis = urlsplit(settings.REDIS_URL)
+    where = f"{redis.hostname}:{redis.port or 6379}" if redis.hostname else redis.path
+    return f"separate Celery workers; broker and channel layer on Redis at {where}"
+
+
 class Command(BaseCommand):
     help = "Migrate, seed the demo tenant and serve the platform on Daphne."
 
@@ -84,22 +108,21 @@ class Command(BaseCommand):
     def _print_banner(self, host: str, port: int, admin_password: str | None, seeded: bool) -> None:
         shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         base = settings.PUBLIC_BASE_URL or f"http://{shown_host}:{port}"
-        mode = (
-            "embedded: SQLite, in-process worker"
-            if settings.EMBEDDED_WORKER
-            else "services: database from DATABASE_URL, Redis, separate Celery workers"
-        )
+        embedded = settings.EMBEDDED_WORKER and connection.vendor == "sqlite"
         out = self.stdout
-        out.write(f"A2A platform serving on {base} ({mode})")
+        out.write(f"A2A platform serving on {base}" + (" (embedded default)" if embedded else ""))
+        out.write(f"  Database:    {database_description()}")
+        out.write(f"  Workers:     {worker_description()}")
         out.write(f"  Health:      {base}/healthz  {base}/readyz")
         out.write(f"  Admin:       {base}/admin/")
         if admin_password:
             out.write(f"               user 'admin', password: {admin_password}  (shown once)")
         if seeded:
+            # Pad to the longest slug so the URLs line up.
+            width = max(len(slug) for slug, *_rest in DEMO_AGENTS) + 1
             for slug, _name, _handler, _visibility in DEMO_AGENTS:
-                out.write(
-                    f"  Agent {slug + ':':9}{base}/a2a/demo/{slug}/  (card: .well-known/agent-card.json)"
-                )
+                url = f"{base}/a2a/demo/{slug}/"
+                out.write(f"  Agent {slug + ':':{width}} {url}  (card: .well-known/agent-card.json)")
             body = (
                 '{"jsonrpc":"2.0","id":"req-1","method":"SendMessage","params":{"message":'
                 '{"role":"ROLE_USER","messageId":"msg-1","parts":[{"text":"hi"}]}}}'

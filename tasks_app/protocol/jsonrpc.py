@@ -1,23 +1,21 @@
 """The JSON-RPC 2.0 binding at /a2a/<tenant>/<agent>/."""
 
-import json
 import logging
 
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
     InternalError,
-    InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
     VersionNotSupportedError,
 )
-from a2a.utils.proto_utils import validate_proto_required_fields
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from google.protobuf.json_format import ParseDict
 
 from agents.access import get_enabled_agent
 from agents.cards import public_base_url
@@ -26,6 +24,7 @@ from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, reso
 from tasks_app.protocol.errors import jsonrpc_error
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
+from tasks_app.protocol.validation import load_json, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -36,19 +35,29 @@ def _is_json_content_type(content_type: str) -> bool:
     return not content_type or content_type in JSON_CONTENT_TYPES or content_type.endswith("+json")
 
 
+def _sent_version(request) -> str:
+    """The A2A-Version a request names: header, else query parameter; '' when it names none."""
+    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
+    return value.strip()
+
+
 def requested_version(request) -> str:
     """The A2A-Version of a request: header, else query parameter; missing means 0.3."""
-    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
-    return value.strip() or "0.3"
+    return _sent_version(request) or "0.3"
 
 
 def check_version_1(request) -> None:
-    version = requested_version(request)
+    sent = _sent_version(request)
+    version = sent or "0.3"
     if version.split(".")[0] != "1":
-        hint = " (no A2A-Version header means 0.3)" if version == "0.3" else ""
+        hint = "" if sent else " (no A2A-Version header means 0.3)"
         raise VersionNotSupportedError(
             message=f"A2A version '{version}'{hint} is not supported for this method; send 'A2A-Version: 1.0'"
         )
+
+
+def payload_too_large_message() -> str:
+    return f"Payload too large: the request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
 
 
 def error_response(request_id, error: A2AError, status: int = 200) -> JsonResponse:
@@ -79,12 +88,7 @@ def _envelope_error(body) -> InvalidRequestError | None:
 
 
 def parse_params(params: dict | None, request_type):
-    try:
-        parsed = ParseDict(params or {}, request_type(), ignore_unknown_fields=True)
-    except Exception as exc:  # protobuf raises ParseError and others
-        raise InvalidParamsError(message=f"Invalid params: {exc}") from None
-    validate_proto_required_fields(parsed)
-    return parsed
+    return parse_request(params or {}, request_type)
 
 
 @csrf_exempt
@@ -94,7 +98,10 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         response["Allow"] = "POST"
         return response
     try:
-        body = json.loads(request.body)
+        body = load_json(request.body)
+    except RequestDataTooBig:
+        # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
+        return error_response(None, InvalidRequestError(message=payload_too_large_message()), 413)
     except (ValueError, UnicodeDecodeError) as exc:
         return error_response(None, JSONParseError(message=f"Invalid JSON payload: {exc}"))
     request_id = _request_id(body)

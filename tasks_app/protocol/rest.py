@@ -4,7 +4,6 @@ Paths follow the proto's google.api.http rules. Bodies and answers are 1.0
 ProtoJSON; errors are google.rpc.Status JSON with an ErrorInfo detail.
 """
 
-import json
 import logging
 import re
 
@@ -16,8 +15,8 @@ from a2a.utils.errors import (
     InvalidRequestError,
     MethodNotFoundError,
 )
-from a2a.utils.proto_utils import parse_params, validate_proto_required_fields
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -26,10 +25,10 @@ from agents.cards import public_base_url
 from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.errors import rest_error
-from tasks_app.protocol.jsonrpc import _is_json_content_type, check_version_1
-from tasks_app.protocol.jsonrpc import parse_params as parse_body
+from tasks_app.protocol.jsonrpc import _is_json_content_type, check_version_1, payload_too_large_message
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
+from tasks_app.protocol.validation import load_json, parse_request
 
 logger = logging.getLogger(__name__)
 A2A_JSON = "application/a2a+json"
@@ -57,31 +56,33 @@ ROUTES = [
     ),
     ({"GET"}, r"extendedAgentCard", "GetExtendedAgentCard"),
 ]
-PATH_FIELDS = {"taskId": "task_id"}
 COMPILED = [(verbs, re.compile(pattern + "$"), method) for verbs, pattern, method in ROUTES]
 
 
 def _match(path: str, verb: str):
-    """(method, path params) for a path, or (None, None); ('', None) when only the verb is wrong."""
-    verb_mismatch = False
+    """(method, path params, verbs the path allows); method None when nothing matches the verb.
+
+    A path some route knows under other verbs answers 405 with those verbs in `Allow`.
+    """
+    allowed: set[str] = set()
     for verbs, pattern, method in COMPILED:
         found = pattern.match(path)
         if found:
             if verb in verbs:
-                return method, found.groupdict()
-            verb_mismatch = True
-    return ("", None) if verb_mismatch else (None, None)
+                return method, found.groupdict(), verbs
+            allowed |= verbs
+    return None, None, allowed
 
 
 def _route(rest: str, verb: str, tenant: str):
     """Resolve a path, with or without the `/{tenant}` prefix of the 1.0 REST bindings."""
-    method, params = _match(rest, verb)
-    if method is None and "/" in rest:
+    method, params, allowed = _match(rest, verb)
+    if method is None and not allowed and "/" in rest:
         prefix, _, remainder = rest.partition("/")
-        method, params = _match(remainder, verb)
+        method, params, allowed = _match(remainder, verb)
         if method and prefix != tenant:
             raise InvalidParamsError(message=f"tenant '{prefix}' does not match this endpoint's tenant")
-    return method, params
+    return method, params, allowed
 
 
 def error_response(error: A2AError, status: int | None = None, headers: dict | None = None) -> JsonResponse:
@@ -97,14 +98,15 @@ def error_response(error: A2AError, status: int | None = None, headers: dict | N
 
 
 def _body(request) -> dict:
-    if not request.body.strip():
+    raw = request.body  # RequestDataTooBig over the size limit: the endpoint answers 413
+    if not raw.strip():
         return {}
     if not _is_json_content_type(request.content_type):
         raise ContentTypeNotSupportedError(
             message=f"Content-Type '{request.content_type}' is not supported; send {A2A_JSON}"
         )
     try:
-        body = json.loads(request.body)
+        body = load_json(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(message=f"Invalid JSON payload: {exc}") from None
     # A JSON null body (seen from some clients on :cancel) means "no fields".
@@ -115,27 +117,49 @@ def _body(request) -> dict:
     return body
 
 
+def _query(request, request_type) -> dict:
+    """The query parameters a request type knows, as ProtoJSON (the spec's query encoding).
+
+    Booleans must be true or false; repeated fields take repeated or comma-separated
+    values; everything else (numbers, enum names, timestamps) is checked by the parse.
+    """
+    fields = {field.camelcase_name: field for field in request_type.DESCRIPTOR.fields}
+    data: dict = {}
+    for name in request.GET:
+        field = fields.get(name)
+        if field is None:
+            continue  # A2A-Version and anything a newer client adds
+        values = request.GET.getlist(name)
+        if field.is_repeated:
+            data[name] = [item for value in values for item in value.split(",") if item]
+        elif field.type == field.TYPE_BOOL:
+            if values[-1].lower() not in ("true", "false"):
+                raise InvalidParamsError(message=f"Invalid params: {name} must be true or false")
+            data[name] = values[-1].lower() == "true"
+        else:
+            data[name] = values[-1]
+    return data
+
+
 def _parse(request, request_type, path_params: dict):
     """The request proto: path parameters plus the query (GET, DELETE) or the JSON body."""
-    if request.method not in ("GET", "DELETE"):
-        return parse_body({**_body(request), **path_params}, request_type)
-    parsed = request_type()
-    try:
-        parse_params(request.GET, parsed)
-    except Exception as exc:  # protobuf's parse errors on query values
-        raise InvalidParamsError(message=f"Invalid query parameters: {exc}") from None
-    for name, value in path_params.items():
-        setattr(parsed, PATH_FIELDS.get(name, name), value)
-    validate_proto_required_fields(parsed)
-    return parsed
+    if request.method in ("GET", "DELETE"):
+        fields = _query(request, request_type)
+    else:
+        fields = _body(request)
+    return parse_request({**fields, **path_params}, request_type)
 
 
 @csrf_exempt
 async def rest_endpoint(request, tenant: str, agent: str, rest: str):
     try:
-        method_name, path_params = _route(rest, request.method, tenant)
-        if method_name == "":
-            return error_response(MethodNotFoundError(message=f"{request.method} is not allowed here"), 405)
+        method_name, path_params, allowed = _route(rest, request.method, tenant)
+        if method_name is None and allowed:
+            return error_response(
+                MethodNotFoundError(message=f"{request.method} is not allowed here"),
+                405,
+                {"Allow": ", ".join(sorted(allowed))},
+            )
         if method_name is None:
             return error_response(MethodNotFoundError(message=f"No A2A operation at '{rest}'"))
         found = await sync_to_async(get_enabled_agent)(tenant, agent)
@@ -156,6 +180,9 @@ async def rest_endpoint(request, tenant: str, agent: str, rest: str):
         if streaming:
             return sse_response(await operation(call, params), lambda payload: payload)
         return JsonResponse(await operation(call, params), content_type=A2A_JSON)
+    except RequestDataTooBig:
+        # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
+        return error_response(InvalidRequestError(message=payload_too_large_message()), 413)
     except A2AError as error:
         return error_response(error)
     except Exception:

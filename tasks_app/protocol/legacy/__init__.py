@@ -70,6 +70,7 @@ async def _task_method(ex: Exchange):
     task = await sync_to_async(find_task)(call.caller, params.id)
     if task is None:
         raise TaskNotFoundError()
+    ex.show_client_id(task)
     dialect = draft if task.client_task_id else v03
     ex.error_codes = dialect.ERROR_CODES
     return await dialect.TASK_HANDLERS[ex.method](ex, call, task, params)

@@ -7,13 +7,13 @@ here decides anything the 1.0 operations do not.
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError, InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 
 from agents.cards import public_base_url
@@ -24,6 +24,7 @@ from tasks_app.protocol import operations
 from tasks_app.protocol.auth import resolve_caller
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
+from tasks_app.protocol.validation import check_request, check_text, parse_dict
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,13 @@ class Exchange:
     method: str
     params: dict
     error_codes: frozenset[int]
+    # Our task ids -> the ids the client knows them by (draft tasks), for error messages.
+    task_aliases: dict[str, str] = field(default_factory=dict)
+
+    def show_client_id(self, task: Task) -> None:
+        """Errors about this task name it by the client's own id (a draft task's), not our UUID."""
+        if task.client_task_id:
+            self.task_aliases[str(task.pk)] = task.client_task_id
 
     async def call(self, method: str) -> Call:
         """The Call for the 1.0 operation `method` (its scope decides what the caller needs)."""
@@ -52,12 +60,13 @@ class Exchange:
         return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
     def error(self, error: A2AError, status: int = 200) -> JsonResponse:
-        body = {"jsonrpc": "2.0", "id": self.request_id, "error": legacy_error(error, self.error_codes)}
-        return JsonResponse(body, status=status)
+        error = legacy_error(error, self.error_codes, self.task_aliases)
+        return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "error": error}, status=status)
 
     def stream(self, items: AsyncIterator, event_name: Callable[[dict], str | None] | None = None):
         """SSE of (seq, {"result": ...}) items; an error after the first event ends it with an error frame."""
         codes = self.error_codes
+        aliases = self.task_aliases
         request_id = self.request_id
 
         async def guarded():
@@ -65,7 +74,7 @@ class Exchange:
                 async for item in items:
                     yield item
             except A2AError as error:
-                yield None, {"error": legacy_error(error, codes)}
+                yield None, {"error": legacy_error(error, codes, aliases)}
             except Exception:
                 logger.exception("Legacy stream %r failed", request_id)
                 yield None, {"error": {"code": -32603, "message": "Internal error"}}
@@ -75,12 +84,22 @@ class Exchange:
         )
 
 
-def legacy_error(error: A2AError, codes: frozenset[int]) -> dict:
-    """A JSON-RPC error as the old dialects sent it: `data` a plain object, only codes they knew."""
+def legacy_error(error: A2AError, codes: frozenset[int], task_aliases: dict[str, str] | None = None) -> dict:
+    """A JSON-RPC error as the old dialects sent it: `data` a plain object, only codes they knew.
+
+    task_aliases (our id -> the client's) rewrites task ids in the message and data.
+    """
+
+    def shown(value):
+        if isinstance(value, str):
+            for ours, theirs in (task_aliases or {}).items():
+                value = value.replace(ours, theirs)
+        return value
+
     code = JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603)
-    body = {"code": code if code in codes else -32603, "message": error.message}
+    body = {"code": code if code in codes else -32603, "message": shown(error.message)}
     if isinstance(error.data, dict) and error.data:
-        body["data"] = error.data
+        body["data"] = {key: shown(value) for key, value in error.data.items()}
     return body
 
 
@@ -97,11 +116,8 @@ def parse_model(model, params: dict):
 
 
 def parse_proto(data: dict, proto):
-    """ProtoJSON into a fresh proto; malformed values (bad base64, wrong types) are -32602."""
-    try:
-        return ParseDict(data, proto, ignore_unknown_fields=True)
-    except Exception as exc:  # protobuf raises ParseError, TypeError and others
-        raise InvalidParamsError(message=f"Invalid params: {exc}") from None
+    """ProtoJSON into a fresh proto; bad base64, wrong types or unknown enum names are -32602."""
+    return parse_dict(data, proto)
 
 
 def has_operation(name: str) -> bool:
@@ -121,11 +137,13 @@ async def run(name: str, call: Call, request, missing: A2AError | None = None):
     if not isinstance(request, request_type):
         request = parse_proto(MessageToDict(request), request_type())
     validate_proto_required_fields(request)
+    check_request(request)  # the same checks the 1.0 bindings make
     return await operation(call, request)
 
 
 def find_task(caller, task_id: str) -> Task | None:
     """A draft client's own id first (it may even look like a UUID), then the platform's id."""
+    check_text(task_id, "id")
     task = (
         tasks_visible_to(caller)
         .filter(client_task_id=task_id)

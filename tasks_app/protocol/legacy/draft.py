@@ -50,6 +50,7 @@ async def _send(ex: Exchange, streaming: bool):
     task = await sync_to_async(find_task)(call.caller, send.task_id)
     if task is not None:
         # A known id: the message continues that task (the draft's input-required answer).
+        ex.show_client_id(task)
         send.request.message.task_id = str(task.pk)
         display_id = task.client_task_id or str(task.pk)
     else:
@@ -122,6 +123,7 @@ async def _draft_task_for(ex: Exchange, method: str):
     task = await sync_to_async(find_task)(call.caller, task_id)
     if task is None:
         raise TaskNotFoundError()
+    ex.show_client_id(task)
     return call, task, task.client_task_id or str(task.pk)
 
 

@@ -14,6 +14,7 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from tasks_app.events import closes_stream
 from tasks_app.protocol.convert import PROTO_NAME_TO_STATE
 from tasks_app.protocol.legacy.common import parse_proto
+from tasks_app.protocol.validation import check_text, is_base64
 
 PART_TYPES = {
     "text": "text",
@@ -42,6 +43,7 @@ def text_field(params: dict, name: str, *, required: bool = False) -> str | None
         raise InvalidParamsError(
             message=f"Invalid params: '{name}' must be a string of 1 to {MAX_ID_LENGTH} characters"
         )
+    check_text(value, name)
     return value
 
 
@@ -56,7 +58,10 @@ def _part_to_core(part, where: str) -> dict:
     elif kind == "file" and isinstance(part.get("file"), dict):
         file = part["file"]
         if isinstance(file.get("bytes"), str) and "uri" not in file:
-            core["raw"] = file["bytes"]  # base64 in both dialects; protobuf checks it
+            # base64 in both dialects; protobuf would decode a malformed one leniently
+            if not is_base64(file["bytes"]):
+                raise InvalidParamsError(message=f"Invalid params: {where}.file.bytes is not valid base64")
+            core["raw"] = file["bytes"]
         elif isinstance(file.get("uri"), str) and "bytes" not in file:
             core["url"] = file["uri"]
         else:

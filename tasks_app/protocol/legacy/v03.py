@@ -5,6 +5,7 @@ an absent `blocking` means blocking and a historyLength of 0 means "all".
 """
 
 import base64
+import logging
 
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as types_v03
@@ -16,10 +17,13 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from google.protobuf.json_format import ParseDict, ParseError
+from google.protobuf.message import Error as ProtobufError
 
 from tasks_app.events import closes_stream
 from tasks_app.models import Task
 from tasks_app.protocol.legacy.common import Exchange, parse_model, parse_proto, run, translated
+
+logger = logging.getLogger(__name__)
 
 ERROR_CODES = frozenset(
     {-32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003, -32004, -32005, -32006, -32007}
@@ -30,18 +34,74 @@ def dump(model) -> dict | list:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+# A stored part 0.3 can show has one of these (1.0 Part's content oneof).
+PART_CONTENT_KEYS = ("text", "raw", "url", "data")
+
+
+def _showable(holder, where: str):
+    """A stored message or artifact without the parts 0.3 cannot show (logged), else itself.
+
+    Rows stored before sends were checked may hold parts without content; the
+    SDK's conversion raises on those, which would make the whole task unreadable.
+    """
+    if not isinstance(holder, dict) or not isinstance(holder.get("parts"), list):
+        return holder
+    parts = holder["parts"]
+    kept = [
+        part for part in parts if isinstance(part, dict) and any(key in part for key in PART_CONTENT_KEYS)
+    ]
+    if len(kept) == len(parts):
+        return holder
+    logger.warning("Left out %d stored part(s) without content from %s", len(parts) - len(kept), where)
+    return {**holder, "parts": kept}
+
+
+def _showable_status(holder: dict, where: str) -> dict:
+    status = holder.get("status")
+    if isinstance(status, dict) and "message" in status:
+        return {**holder, "status": {**status, "message": _showable(status["message"], where)}}
+    return holder
+
+
+def _showable_task(task: dict) -> dict:
+    where = f"task {task.get('id')}"
+    task = _showable_status(task, where)
+    for key in ("history", "artifacts"):
+        if isinstance(task.get(key), list):
+            task = {**task, key: [_showable(item, where) for item in task[key]]}
+    return task
+
+
+def _showable_payload(payload: dict) -> dict:
+    """A StreamResponse dict without the stored parts 0.3 cannot show."""
+    if isinstance(payload.get("task"), dict):
+        return {**payload, "task": _showable_task(payload["task"])}
+    if isinstance(payload.get("statusUpdate"), dict):
+        update = payload["statusUpdate"]
+        return {**payload, "statusUpdate": _showable_status(update, f"task {update.get('taskId')}")}
+    if isinstance(payload.get("artifactUpdate"), dict):
+        update = payload["artifactUpdate"]
+        artifact = _showable(update.get("artifact"), f"task {update.get('taskId')}")
+        return {**payload, "artifactUpdate": {**update, "artifact": artifact}}
+    if "message" in payload:
+        return {**payload, "message": _showable(payload["message"], "a message")}
+    return payload
+
+
 def compat_task(task: dict) -> dict:
-    return dump(conversions.to_compat_task(ParseDict(task, pb.Task(), ignore_unknown_fields=True)))
+    parsed = ParseDict(_showable_task(task), pb.Task(), ignore_unknown_fields=True)
+    return dump(conversions.to_compat_task(parsed))
 
 
 def compat_send_result(result: dict) -> dict:
     if "message" in result:
-        return dump(conversions.to_compat_message(ParseDict(result["message"], pb.Message())))
+        message = _showable_payload({"message": result["message"]})["message"]
+        return dump(conversions.to_compat_message(ParseDict(message, pb.Message())))
     return compat_task(result["task"])
 
 
 def compat_event(payload: dict) -> list[dict]:
-    response = ParseDict(payload, pb.StreamResponse(), ignore_unknown_fields=True)
+    response = ParseDict(_showable_payload(payload), pb.StreamResponse(), ignore_unknown_fields=True)
     result = dump(conversions.to_compat_stream_response(response).result)
     if result.get("kind") == "status-update":
         # 0.3 clients stop reading at final:true. Our streams also end on
@@ -83,7 +143,8 @@ def send_request(params: types_v03.MessageSendParams) -> pb.SendMessageRequest:
             )
         if params.metadata:
             ParseDict(params.metadata, request.metadata)
-    except (ValueError, TypeError, KeyError, ParseError) as exc:  # bad base64, odd data parts
+    except (ValueError, TypeError, KeyError, ParseError, ProtobufError) as exc:
+        # bad base64, odd data parts, data nested deeper than protobuf allows
         raise InvalidParamsError(message=f"Invalid params: {exc}") from None
     return request
 

@@ -1,0 +1,172 @@
+"""Input checks that every binding runs before an operation sees a request.
+
+Bad input gets a clear error (-32700 / -32602, HTTP 400) here, so that nothing
+further down fails on it with an internal error or stores something broken:
+
+- load_json: JSON too deeply nested for the parser is a parse error, like any other.
+- parse_dict: ProtoJSON into a proto, refusing what ParseDict would silently
+  change (unknown enum names, which ignore_unknown_fields turns into the
+  default, and malformed base64, which it decodes leniently).
+- check_request: every parsed request proto, whatever the binding or dialect
+  (the 1.0 bindings parse through parse_request, the 0.3 and draft dialects run
+  their 1.0 requests through legacy.common.run, which calls it): no NUL
+  character anywhere (PostgreSQL stores none in text or jsonb), no nesting
+  deeper than protobuf itself copes with, ids no longer than their columns, and
+  parts with content.
+"""
+
+import base64
+import binascii
+import json
+import re
+from collections import deque
+
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from a2a.utils.proto_utils import validate_proto_required_fields
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from tasks_app.models import Context, Message
+
+# Containers (objects and arrays) inside one request, counted from its params.
+# protobuf's upb runtime refuses messages nested deeper than 100 levels, and
+# every JSON level of a data part or metadata costs it three (Value, Struct and
+# the map entry), plus the levels a stored message is wrapped in (StreamResponse,
+# Task, status). A request within this limit can be stored, streamed and copied.
+MAX_NESTING = 32
+
+# The columns client-chosen ids are stored in.
+MESSAGE_ID_MAX = Message._meta.get_field("message_id").max_length
+CONTEXT_ID_MAX = Context._meta.get_field("context_id").max_length
+
+PART_CONTENT = "text, raw, url or data"
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}|[A-Za-z0-9_-]*={0,2}")
+
+
+def load_json(raw: bytes | str):
+    """json.loads, where nesting too deep for the parser is a ValueError like other bad JSON."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None
+
+
+def is_base64(value: str) -> bool:
+    """Whether a ProtoJSON bytes value is base64: standard or URL-safe alphabet, padding optional."""
+    if not _BASE64.fullmatch(value):
+        return False
+    unpadded = value.rstrip("=")
+    if len(unpadded) % 4 == 1 or (len(value) != len(unpadded) and len(value) % 4):
+        return False
+    standard = unpadded.replace("-", "+").replace("_", "/")
+    try:
+        base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
+    except binascii.Error:
+        return False
+    return True
+
+
+def check_text(value: str, where: str) -> None:
+    """A client string used in a lookup or stored as is: no NUL character."""
+    if "\x00" in value:
+        raise InvalidParamsError(message=f"Invalid params: {where} contains a NUL character (\\u0000)")
+
+
+def parse_dict(data: dict, message):
+    """ProtoJSON into `message`; unknown fields are ignored, wrong values are -32602."""
+    _check_json(data, message.DESCRIPTOR, "")  # first: its messages name the field
+    try:
+        ParseDict(data, message, ignore_unknown_fields=True)
+    except Exception as exc:  # protobuf raises ParseError, TypeError, DecodeError and others
+        raise InvalidParamsError(message=f"Invalid params: {exc}") from None
+    return message
+
+
+def parse_request(data: dict, request_type):
+    """A 1.0 request proto from ProtoJSON params, checked (see the module docstring)."""
+    parsed = parse_dict(data, request_type())
+    validate_proto_required_fields(parsed)
+    check_request(parsed)
+    return parsed
+
+
+def _check_json(data, descriptor, path: str) -> None:
+    """What ParseDict let through but changed: unknown enum names and malformed base64."""
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
+        if field is None or value is None:
+            continue
+        where = f"{path}.{key}" if path else key
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            for map_key, item in value.items() if isinstance(value, dict) else ():
+                _check_json_value(value_field, item, f"{where}.{map_key}")
+        elif field.is_repeated:
+            for index, item in enumerate(value) if isinstance(value, list) else ():
+                _check_json_value(field, item, f"{where}[{index}]")
+        else:
+            _check_json_value(field, value, where)
+
+
+def _check_json_value(field, value, where: str) -> None:
+    if field.type == FieldDescriptor.TYPE_BYTES and isinstance(value, str):
+        if not is_base64(value):
+            raise InvalidParamsError(message=f"Invalid params: {where} is not valid base64")
+    elif field.type == FieldDescriptor.TYPE_ENUM and isinstance(value, str):
+        enum = field.enum_type
+        if enum.full_name != "google.protobuf.NullValue" and value not in enum.values_by_name:
+            names = ", ".join(v.name for v in enum.values if v.number != 0)
+            raise InvalidParamsError(
+                message=f"Invalid params: {where} '{value}' is not a {enum.name}; use one of {names}"
+            )
+    elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.full_name.startswith(
+        "google.protobuf."
+    ):
+        _check_json(value, field.message_type, where)
+
+
+def check_request(request) -> None:
+    """The checks every request proto passes before an operation runs it."""
+    data = MessageToDict(request)  # the camelCase names clients send, for the messages
+    _check_values(data)
+    if isinstance(request, pb.SendMessageRequest):
+        _check_message(request.message, data.get("message", {}))
+
+
+def _check_values(data: dict) -> None:
+    """No NUL in any string or key, no nesting beyond MAX_NESTING (breadth first, no recursion)."""
+    queue = deque([("", data, 1)])
+    while queue:
+        path, value, depth = queue.popleft()
+        if isinstance(value, str):
+            check_text(value, path or "params")
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth > MAX_NESTING:
+            shown = path if len(path) <= 80 else path[:80] + "..."
+            raise InvalidParamsError(
+                message=f"Invalid params: {shown} is nested more than {MAX_NESTING} levels deep"
+            )
+        if isinstance(value, dict):
+            for key, item in value.items():
+                check_text(key, f"a key in {path or 'params'}")
+                queue.append((f"{path}.{key}" if path else key, item, depth + 1))
+        else:
+            queue.extend((f"{path}[{index}]", item, depth + 1) for index, item in enumerate(value))
+
+
+def _check_message(message: pb.Message, data: dict) -> None:
+    for name, limit in (("messageId", MESSAGE_ID_MAX), ("contextId", CONTEXT_ID_MAX)):
+        if len(data.get(name, "")) > limit:
+            raise InvalidParamsError(
+                message=f"Invalid params: message.{name} is longer than {limit} characters"
+            )
+    for index, part in enumerate(message.parts):
+        if part.WhichOneof("content") is None:
+            raise InvalidParamsError(
+                message=f"Invalid params: message.parts[{index}] has no content; a part needs {PART_CONTENT}"
+            )

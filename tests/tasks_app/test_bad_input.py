@@ -1,0 +1,262 @@
+"""Hostile or broken input on every binding: a clear error code, never a 500 or -32603, nothing stored.
+
+One test per reviewed defect. The NUL and length cases only break on PostgreSQL
+(SQLite stores anything), so they matter most in the services-mode run.
+"""
+
+import json
+import uuid
+
+import httpx
+from django.conf import settings
+
+from tasks_app.models import Message, Task
+from tests.conftest import user_message
+from tests.tasks_app.legacy_helpers import stored_counts, unique
+
+V1 = {"A2A-Version": "1.0"}
+JSON = {"Content-Type": "application/json"}
+
+
+def rest(server, path: str) -> str:
+    return server.agent_url("echo") + "rest/" + path
+
+
+def rpc_raw(server, content: str | bytes, headers: dict | None = None) -> httpx.Response:
+    """POST a JSON-RPC body as given (already serialized) to the echo agent."""
+    return httpx.post(
+        server.agent_url("echo"), content=content, headers={**JSON, **(headers or {})}, timeout=60
+    )
+
+
+def rpc_error(response: httpx.Response, status: int = 200) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    body = response.json()
+    assert "result" not in body, body
+    return body["error"]
+
+
+def rest_error(response: httpx.Response, status: int, reason: str | None = None) -> dict:
+    """The google.rpc.Status body of a REST error, checked against the HTTP status."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    error = response.json()["error"]
+    assert error["code"] == status and error["message"] and error["status"]
+    if reason is not None:
+        info = next(d for d in error["details"] if d["@type"].endswith("ErrorInfo"))
+        assert info["reason"] == reason
+    return error
+
+
+def envelope(method: str, params: dict | str) -> str:
+    """A JSON-RPC body; params may be pre-serialized JSON text (for nesting json.dumps refuses)."""
+    params_text = params if isinstance(params, str) else json.dumps(params)
+    return f'{{"jsonrpc": "2.0", "id": "bad-1", "method": "{method}", "params": {params_text}}}'
+
+
+def nested_object(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+def message_v1(message_id: str, parts: list, **fields) -> dict:
+    return {"message": {"role": "ROLE_USER", "messageId": message_id, "parts": parts, **fields}}
+
+
+def test_deeply_nested_json_is_a_parse_error_not_a_crash(server, stored):
+    before = stored_counts()
+    brackets = "[" * 100_000 + "]" * 100_000
+    # The JSON-RPC endpoint, whichever dialect the body would have been.
+    error = rpc_error(rpc_raw(server, brackets, V1))
+    assert error["code"] == -32700
+    deep_part = '{"data": ' + nested_object(5000) + "}"
+    v1_params = '{"message": {"role": "ROLE_USER", "messageId": "deep-1", "parts": [' + deep_part + "]}}"
+    assert rpc_error(rpc_raw(server, envelope("SendMessage", v1_params), V1))["code"] == -32700
+    v03_part = '{"kind": "data", "data": ' + nested_object(5000) + "}"
+    v03_params = (
+        '{"message": {"kind": "message", "role": "user", "messageId": "deep-2", "parts": [' + v03_part + "]}}"
+    )
+    assert rpc_error(rpc_raw(server, envelope("message/send", v03_params)))["code"] == -32700
+    draft_part = '{"type": "data", "data": ' + nested_object(5000) + "}"
+    draft_params = '{"id": "deep-draft", "message": {"role": "user", "parts": [' + draft_part + "]}}"
+    assert rpc_error(rpc_raw(server, envelope("tasks/send", draft_params)))["code"] == -32700
+    # Parseable, but deeper than protobuf copes with: invalid params, not an internal error.
+    medium = json.loads(nested_object(40))
+    v1_medium = message_v1("deep-3", [{"data": medium}])
+    assert rpc_error(rpc_raw(server, envelope("SendMessage", v1_medium), V1))["code"] == -32602
+    v03_medium = {
+        "message": {
+            "kind": "message",
+            "role": "user",
+            "messageId": "deep-4",
+            "parts": [{"kind": "data", "data": medium}],
+        }
+    }
+    assert rpc_error(rpc_raw(server, envelope("message/send", v03_medium)))["code"] == -32602
+    # HTTP+JSON: 400 with the A2A error body.
+    for content in (brackets, v1_params):
+        response = httpx.post(
+            rest(server, "message:send"), content=content, headers={**V1, **JSON}, timeout=60
+        )
+        rest_error(response, 400, "INVALID_REQUEST")
+    assert stored_counts() == before
+
+
+def test_a_body_over_the_size_limit_is_payload_too_large(server, stored):
+    before = stored_counts()
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": user_message("x" * limit, "too-big-1")}
+    )
+    error = rpc_error(rpc_raw(server, body, V1), 413)
+    assert error["code"] == -32600
+    assert "too large" in error["message"].lower()
+    response = httpx.post(
+        rest(server, "message:send"),
+        content=json.dumps(user_message("x" * limit, "too-big-2")),
+        headers={**V1, **JSON},
+        timeout=60,
+    )
+    assert "too large" in rest_error(response, 413)["message"].lower()
+    assert stored_counts() == before
+
+
+def test_overlong_ids_and_nul_characters_are_invalid_params(server, rpc, stored):
+    before = stored_counts()
+    long_id = "m" * 256
+    cases = [
+        ("SendMessage", user_message("hi", long_id), "messageId"),
+        ("SendMessage", user_message("hi", unique("long-ctx"), contextId="c" * 256), "contextId"),
+        ("SendMessage", user_message("a\x00b", unique("nul-text")), "parts[0].text"),
+        ("SendMessage", user_message("hi", "nul\x00id"), "messageId"),
+        ("SendMessage", user_message("hi", unique("nul-meta"), metadata={"k": "v\x00"}), "metadata"),
+        ("GetTask", {"id": "a\x00b"}, "id"),
+        ("CancelTask", {"id": "a\x00b"}, "id"),
+        ("ListTasks", {"contextId": "a\x00b"}, "contextId"),
+    ]
+    for method, params, field in cases:
+        error = rpc(method, params)["error"]
+        assert error["code"] == -32602, (method, params, error)
+        assert field in error["message"], error
+    # The 0.3 and draft dialects reach the same check.
+    v03_send = {
+        "message": {
+            "kind": "message",
+            "role": "user",
+            "messageId": long_id,
+            "parts": [{"kind": "text", "text": "hi"}],
+        }
+    }
+    v03_error = rpc_error(rpc_raw(server, envelope("message/send", v03_send)))
+    assert v03_error["code"] == -32602 and "messageId" in v03_error["message"]
+    assert rpc_error(rpc_raw(server, envelope("tasks/get", {"id": "a\x00b"})))["code"] == -32602
+    draft_send = {"id": "nul\x00task", "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
+    assert rpc_error(rpc_raw(server, envelope("tasks/send", draft_send)))["code"] == -32602
+    draft_text = {
+        "id": unique("draft-nul"),
+        "message": {"role": "user", "parts": [{"type": "text", "text": "\x00"}]},
+    }
+    assert rpc_error(rpc_raw(server, envelope("tasks/send", draft_text)))["code"] == -32602
+    # HTTP+JSON: 400 INVALID_ARGUMENT naming the field.
+    response = httpx.post(
+        rest(server, "message:send"), json=user_message("hi", long_id), headers=V1, timeout=30
+    )
+    assert "messageId" in rest_error(response, 400, "INVALID_PARAMS")["message"]
+    get = httpx.get(rest(server, "tasks/a%00b"), headers=V1)
+    assert "id" in rest_error(get, 400, "INVALID_PARAMS")["message"]
+    listing = httpx.get(rest(server, "tasks?contextId=a%00b"), headers=V1)
+    assert "contextId" in rest_error(listing, 400, "INVALID_PARAMS")["message"]
+    assert stored_counts() == before
+
+
+def test_a_part_without_content_is_refused_and_stored_ones_do_not_break_0_3(server, rpc, stored):
+    before = stored_counts()
+    error = rpc("SendMessage", message_v1(unique("empty-part"), [{}]))["error"]
+    assert error["code"] == -32602 and "parts[0]" in error["message"]
+    response = httpx.post(
+        rest(server, "message:send"), json=message_v1(unique("empty-part"), [{"text": "ok"}, {}]), headers=V1
+    )
+    assert "parts[1]" in rest_error(response, 400, "INVALID_PARAMS")["message"]
+    assert stored_counts() == before
+    # A row stored before this check existed: 0.3 answers without the part it cannot show.
+    message_id = unique("old-row")
+    task = rpc("SendMessage", user_message("kept", message_id))["result"]["task"]
+    Message.objects.filter(message_id=message_id).update(parts=[{"text": "kept"}, {}])
+    answer = json.loads(rpc_raw(server, envelope("tasks/get", {"id": task["id"]})).text)
+    assert "error" not in answer, answer
+    sent = next(m for m in answer["result"]["history"] if m["messageId"] == message_id)
+    assert sent["parts"] == [{"kind": "text", "text": "kept"}]
+
+
+def test_bad_base64_is_refused_instead_of_altered(server, rpc, stored):
+    before = stored_counts()
+    error = rpc("SendMessage", message_v1(unique("b64"), [{"raw": "!!!notb64"}]))["error"]
+    assert error["code"] == -32602 and "parts[0].raw is not valid base64" in error["message"]
+    response = httpx.post(
+        rest(server, "message:send"), json=message_v1(unique("b64"), [{"raw": "a b"}]), headers=V1, timeout=30
+    )
+    assert "base64" in rest_error(response, 400, "INVALID_PARAMS")["message"]
+    draft = {
+        "id": unique("draft-b64"),
+        "message": {"role": "user", "parts": [{"type": "file", "file": {"bytes": "@@@"}}]},
+    }
+    draft_error = rpc_error(rpc_raw(server, envelope("tasks/send", draft)))
+    assert draft_error["code"] == -32602 and "file.bytes is not valid base64" in draft_error["message"]
+    assert stored_counts() == before
+    # ProtoJSON's other spellings (URL-safe alphabet, no padding) are still accepted, unaltered.
+    message_id = unique("b64-ok")
+    task = rpc("SendMessage", message_v1(message_id, [{"raw": "-_-_aGk"}]))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert Message.objects.get(message_id=message_id).parts == [{"raw": "+/+/aGk="}]
+
+
+def test_list_tasks_refuses_unknown_states_and_booleans(server, rpc, stored):
+    for query in ({"status": "BOGUS"}, {"includeArtifacts": "maybe"}, {"pageSize": "many"}):
+        rest_error(httpx.get(rest(server, "tasks"), params=query, headers=V1), 400, "INVALID_PARAMS")
+    ok = httpx.get(
+        rest(server, "tasks"),
+        params={"includeArtifacts": "TRUE", "status": "TASK_STATE_COMPLETED"},
+        headers=V1,
+    )
+    assert ok.status_code == 200, ok.text
+    error = rpc("ListTasks", {"status": "FOO"})["error"]
+    assert error["code"] == -32602 and "FOO" in error["message"]
+    assert "tasks" in rpc("ListTasks", {"status": "TASK_STATE_COMPLETED"})["result"]
+
+
+def test_rest_405_says_which_methods_are_allowed(server):
+    task_id = str(uuid.uuid4())
+    for verb, path, allowed in [
+        ("DELETE", f"tasks/{task_id}", "GET"),
+        ("DELETE", f"demo/tasks/{task_id}", "GET"),
+        ("GET", "message:send", "POST"),
+        ("PUT", f"tasks/{task_id}:subscribe", "GET, POST"),
+        ("PUT", f"tasks/{task_id}/pushNotificationConfigs/c1", "DELETE, GET"),
+    ]:
+        response = httpx.request(verb, rest(server, path), headers=V1)
+        rest_error(response, 405)
+        assert response.headers["Allow"] == allowed, (verb, path, response.headers)
+
+
+def test_draft_errors_name_the_clients_own_task_id(server, stored):
+    task_id = unique("task-2024-0715")
+    send = {"id": task_id, "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
+    created = json.loads(rpc_raw(server, envelope("tasks/send", send)).text)["result"]
+    assert created["id"] == task_id and created["status"]["state"] == "completed"
+    internal_id = str(Task.objects.get(client_task_id=task_id).pk)
+    again = rpc_error(rpc_raw(server, envelope("tasks/send", send)))
+    cancel = rpc_error(rpc_raw(server, envelope("tasks/cancel", {"id": task_id})))
+    assert (again["code"], cancel["code"]) == (-32004, -32002)
+    for error in (again, cancel):
+        assert task_id in error["message"] and internal_id not in error["message"], error
+
+
+def test_the_version_message_fits_an_explicit_0_3_and_a_missing_header(server, stored):
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t"}})
+    explicit = rpc_error(rpc_raw(server, body, {"A2A-Version": "0.3"}))
+    missing = rpc_error(rpc_raw(server, body))
+    assert explicit["code"] == missing["code"] == -32009
+    assert "'0.3'" in explicit["message"] and "no A2A-Version header" not in explicit["message"]
+    assert "no A2A-Version header means 0.3" in missing["message"]
+    rest_explicit = rest_error(httpx.get(rest(server, "tasks/t"), headers={"A2A-Version": "0.3"}), 400)
+    assert "no A2A-Version header" not in rest_explicit["message"]

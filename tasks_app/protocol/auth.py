@@ -10,7 +10,6 @@ Three kinds of callers, checked in this order:
   as in the SDK).
 """
 
-import sys
 
 from rest_framework.authentication import CSRFCheck
 
@@ -66,14 +65,9 @@ class CallerForbidden(Exception):
 def www_authenticate(agent: Agent, error: str | None = None) -> str:
     """The Bearer challenge for a 401 or 403 from `agent`'s endpoints.
 
-    Pass CallerUnauthenticated.error for a 401. The bindings call this inside
-    `except CallerUnauthenticated` with "invalid_token" for every 401, so while
-    such an exception is being handled its own `error` decides: a request that
-    sent no token gets a challenge without an error code.
+    Pass CallerUnauthenticated.error for a 401: a request that sent no token
+    gets a challenge without an error code (RFC 6750 section 3.1).
     """
-    handled = sys.exception()
-    if error == "invalid_token" and isinstance(handled, CallerUnauthenticated):
-        error = handled.error
     value = f'Bearer realm="a2a/{agent.tenant.slug}/{agent.slug}"'
     if error:
         value += f', error="{error}"'

@@ -128,7 +128,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             caller = await sync_to_async(resolve_caller)(request, found, body["method"])
         except CallerUnauthenticated as exc:
             response = error_response(request_id, InvalidRequestError(message=exc.message), 401)
-            response["WWW-Authenticate"] = www_authenticate(found, "invalid_token")
+            response["WWW-Authenticate"] = www_authenticate(found, exc.error)
             return response
         except CallerForbidden as exc:
             response = error_response(request_id, InvalidRequestError(message=exc.message), 403)

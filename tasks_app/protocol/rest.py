@@ -171,7 +171,7 @@ async def rest_endpoint(request, tenant: str, agent: str, rest: str):
         try:
             caller = await sync_to_async(resolve_caller)(request, found, method_name)
         except CallerUnauthenticated as exc:
-            challenge = {"WWW-Authenticate": www_authenticate(found, "invalid_token")}
+            challenge = {"WWW-Authenticate": www_authenticate(found, exc.error)}
             return error_response(InvalidRequestError(message=exc.message), 401, challenge)
         except CallerForbidden as exc:
             challenge = {"WWW-Authenticate": www_authenticate(found, "insufficient_scope")}

@@ -50,7 +50,7 @@ async def dispatch(request, body: dict, agent, request_id) -> JsonResponse:
         return await dialect.HANDLERS[method](ex)
     except CallerUnauthenticated as exc:
         response = ex.error(InvalidRequestError(message=exc.message), 401)
-        response["WWW-Authenticate"] = www_authenticate(agent, "invalid_token")
+        response["WWW-Authenticate"] = www_authenticate(agent, exc.error)
         return response
     except CallerForbidden as exc:
         response = ex.error(InvalidRequestError(message=exc.message), 403)

@@ -211,6 +211,12 @@ PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 # An attempt still "sending" after this many seconds was lost with its worker and is sent again.
 PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
 CELERY_BEAT_SCHEDULE["sweep-push"] = {"task": "tasks_app.tasks.sweep_push", "schedule": 30.0}
+# Fernet keys that encrypt webhook secrets (push configs' token and credentials) at rest,
+# comma-separated (or a file: FIELD_ENCRYPTION_KEYS_FILE). The first encrypts, all decrypt: to
+# rotate, put a new key first and keep the old ones after it. Unset: one key derived from
+# SECRET_KEY, so a new SECRET_KEY makes the stored secrets unreadable; production should set its own
+# (python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())').
+FIELD_ENCRYPTION_KEYS = [key.strip() for key in env_secret("FIELD_ENCRYPTION_KEYS").split(",") if key.strip()]
 
 # Bearer token for /metrics; unset means loopback only.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")

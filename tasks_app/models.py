@@ -11,6 +11,7 @@ from django.db import models
 
 from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
+from tasks_app.fields import EncryptedTextField
 
 
 class TaskState(models.TextChoices):
@@ -183,7 +184,8 @@ class PushConfig(models.Model):
     """A webhook a caller registered for one task (TaskPushNotificationConfig).
 
     token and auth_credentials are secrets: they go out only in the webhook
-    request headers, never back through Get/List.
+    request headers, never back through Get/List, and are stored encrypted
+    (tasks_app/fields.py; their lengths are checked by push_config_clean).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="push_configs")
@@ -191,9 +193,9 @@ class PushConfig(models.Model):
     # The config's public id: the caller's, or a UUID the server made up.
     config_id = models.CharField(max_length=255)
     url = models.CharField(max_length=2048)
-    token = models.CharField(max_length=1024, blank=True, default="")
+    token = EncryptedTextField(blank=True, default="")
     auth_scheme = models.CharField(max_length=64, blank=True, default="")
-    auth_credentials = models.CharField(max_length=4096, blank=True, default="")
+    auth_credentials = EncryptedTextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

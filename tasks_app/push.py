@@ -32,6 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.fields import Undecryptable
 from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ CONFIG_ID_RE = re.compile(r"^[A-Za-z0-9._~:@+=-]{1,255}$")
 # RFC 9110 token: what an HTTP auth scheme may be made of.
 AUTH_SCHEME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 PRINTABLE_RE = re.compile(r"^[\x20-\x7e]*$")
+UNDECRYPTABLE_ERROR = "cannot decrypt the webhook credentials; was FIELD_ENCRYPTION_KEYS changed?"
 LIST_PAGE_SIZE_DEFAULT = 50
 LIST_PAGE_SIZE_MAX = 100
 
@@ -352,6 +354,9 @@ def _tls() -> ssl.SSLContext:
 def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     """POST one event to the config's webhook. Answers (HTTP status or None, error text)."""
     config = delivery.config
+    # The secrets are stored encrypted (tasks_app/fields.py); no key opening them fails the attempt.
+    if isinstance(config.token, Undecryptable) or isinstance(config.auth_credentials, Undecryptable):
+        return None, UNDECRYPTABLE_ERROR
     try:
         # Checked again at send time: the host's DNS may have changed since the config was made.
         target = push_url_check(config.url)

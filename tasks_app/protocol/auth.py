@@ -10,7 +10,6 @@ Three kinds of callers, checked in this order:
   as in the SDK).
 """
 
-
 from rest_framework.authentication import CSRFCheck
 
 from a2a_platform.oauth import bearer_token_verify, has_bearer_header

@@ -208,37 +208,19 @@ def test_validate_handler_config_on_its_own():
 
 def test_the_agent_command_takes_a_config_and_refuses_a_bad_one(stored):
     slug = new_slug("cli-config")
+
+    def create(config: str) -> None:
+        call_command(
+            "agent", "create", "--tenant", "acme", "--slug", slug, "--handler", "progress", "--config", config
+        )
+
     with pytest.raises(CommandError, match=r'^config: "duration" must be a number of seconds'):
-        call_command(
-            "agent",
-            "create",
-            "--tenant",
-            "acme",
-            "--slug",
-            slug,
-            "--handler",
-            "progress",
-            "--config",
-            '{"duration": "abc"}',
-        )
+        create('{"duration": "abc"}')
     with pytest.raises(CommandError, match="--config is not valid JSON"):
-        call_command(
-            "agent", "create", "--tenant", "acme", "--slug", slug, "--handler", "progress", "--config", "{"
-        )
+        create("{")
     assert not Agent.objects.filter(tenant__slug="acme", slug=slug).exists()
     assert audit_events(slug) == []
-    call_command(
-        "agent",
-        "create",
-        "--tenant",
-        "acme",
-        "--slug",
-        slug,
-        "--handler",
-        "progress",
-        "--config",
-        '{"duration": 1}',
-    )
+    create('{"duration": 1}')
     assert Agent.objects.get(tenant__slug="acme", slug=slug).config == {"duration": 1}
 
 

@@ -13,9 +13,10 @@ import pytest
 from tests.live import ROOT, database_env, free_port
 
 
-def _serve(var_dir, port: int) -> subprocess.Popen:
+def _serve(var_dir, port: int, database: dict | None = None) -> subprocess.Popen:
+    """`manage.py serve` on its embedded default, or on `database` (a database_env()) without Redis."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH"}}
-    env["A2A_VAR_DIR"] = str(var_dir)
+    env.update(database or {}, A2A_VAR_DIR=str(var_dir))
     return subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port)],
         cwd=ROOT,
@@ -93,17 +94,7 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
 
 def test_banner_names_the_real_database_and_worker_and_lines_up_the_agents(db_settings, tmp_path):
     """`serve` on this session's database (PostgreSQL in services mode) without REDIS_URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH"}}
-    env.update(database_env(db_settings), A2A_VAR_DIR=str(tmp_path))
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = _serve(tmp_path, free_port(), database_env(db_settings))
     try:
         banner = _banner(process)
     finally:

@@ -29,19 +29,9 @@ from tasks_app.fields import PREFIX, Undecryptable, decrypt
 from tasks_app.models import PushConfig, PushDelivery, Task
 from tasks_app.push import UNDECRYPTABLE_ERROR
 from tests.conftest import user_message
-from tests.tasks_app.test_push_delivery import Receiver, new_path
+from tests.tasks_app.webhooks import new_path
 
 migration_0003 = importlib.import_module("tasks_app.migrations.0003_encrypt_push_secrets")
-
-
-@pytest.fixture
-def webhook():
-    receiver = Receiver()
-    receiver.thread.start()
-    yield receiver
-    receiver.server.shutdown()
-    receiver.server.server_close()
-    receiver.thread.join(timeout=5)
 
 
 def secrets() -> tuple[str, str]:
@@ -89,20 +79,20 @@ def create_config(rpc, task_id: str, url: str, token: str, credentials: str, con
     return created["result"]
 
 
-def test_the_webhook_gets_the_secrets_the_database_only_ciphertext(rpc, stored, webhook):
+def test_the_webhook_gets_the_secrets_the_database_only_ciphertext(rpc, stored, receiver):
     task_id = waiting_task(rpc)
     path = new_path()
     token, credentials = secrets()
     expected = {
         "id": "sealed",
         "taskId": task_id,
-        "url": webhook.url(path),
+        "url": receiver.url(path),
         "authentication": {"scheme": "Bearer"},
     }
-    assert create_config(rpc, task_id, webhook.url(path), token, credentials, "sealed") == expected
+    assert create_config(rpc, task_id, receiver.url(path), token, credentials, "sealed") == expected
     answer(rpc, task_id)
 
-    got = webhook.wait_for(path, 3)
+    got = receiver.wait_for(path, 3)
     assert len(got) == 3
     for request in got:
         assert request["headers"]["X-A2A-Notification-Token"] == token
@@ -220,11 +210,11 @@ def test_empty_stays_empty_and_nothing_is_encrypted_twice(stored):
         PushConfig.objects.filter(token="s3cret").exists()
 
 
-def test_credentials_no_key_decrypts_fail_the_delivery_with_a_clear_error(rpc, stored, webhook, server):
+def test_credentials_no_key_decrypts_fail_the_delivery_with_a_clear_error(rpc, stored, receiver, server):
     task_id = waiting_task(rpc)
     path = new_path()
     token, credentials = secrets()
-    create_config(rpc, task_id, webhook.url(path), token, credentials, "lost-key")
+    create_config(rpc, task_id, receiver.url(path), token, credentials, "lost-key")
     config = PushConfig.objects.get(task_id=task_id, config_id="lost-key")
     # As if FIELD_ENCRYPTION_KEYS had lost the key these were encrypted with.
     foreign = Fernet(Fernet.generate_key())
@@ -251,7 +241,7 @@ def test_credentials_no_key_decrypts_fail_the_delivery_with_a_clear_error(rpc, s
             assert attempt.status in (PushDelivery.Status.FAILED, PushDelivery.Status.GIVEN_UP)
             assert attempt.response_code is None
             assert attempt.error == UNDECRYPTABLE_ERROR
-        assert webhook.received(path) == []
+        assert receiver.received(path) == []
         # The columns are left as they were, for the day the key comes back.
         assert list(raw_columns(config.pk)) == sealed
 
@@ -259,7 +249,7 @@ def test_credentials_no_key_decrypts_fail_the_delivery_with_a_clear_error(rpc, s
         expected = {
             "id": "lost-key",
             "taskId": task_id,
-            "url": webhook.url(path),
+            "url": receiver.url(path),
             "authentication": {"scheme": "Bearer"},
         }
         fetched = rpc(

@@ -154,7 +154,6 @@ def _check_handler(name: str) -> None:
         raise ValidationError(f"handler must be one of: {', '.join(sorted(available_handlers()))}")
 
 
-@transaction.atomic
 def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fields) -> Agent:
     """Bind a registry handler to `tenant` as a new agent at /a2a/<tenant>/<slug>/."""
     _check_handler(handler)
@@ -170,46 +169,50 @@ def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fie
     for name, value in fields.items():
         if name in AGENT_FIELDS:
             setattr(agent, name, value)
+    # Outside the transaction: a handler's config check may resolve DNS (an a2a_proxy URL),
+    # and SQLite holds its write lock from the transaction's first statement.
     agent.full_clean(validate_unique=False, validate_constraints=False)
-    try:
-        with transaction.atomic():
-            agent.save()
-    except IntegrityError:
-        raise ValidationError(f"Tenant '{tenant.slug}' already has an agent '{slug}'") from None
-    audit_record(
-        tenant=tenant,
-        actor=actor,
-        action="agent.create",
-        target_type="agent",
-        target_id=slug,
-        details={"handler": handler, "visibility": agent.visibility},
-    )
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                agent.save()
+        except IntegrityError:
+            raise ValidationError(f"Tenant '{tenant.slug}' already has an agent '{slug}'") from None
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="agent.create",
+            target_type="agent",
+            target_id=slug,
+            details={"handler": handler, "visibility": agent.visibility},
+        )
     return agent
 
 
-@transaction.atomic
 def agent_update(*, agent: Agent, actor: str, **fields) -> Agent:
     changed = {name: value for name, value in fields.items() if name in AGENT_FIELDS}
     if "handler" in changed:
         _check_handler(changed["handler"])
     for name, value in changed.items():
         setattr(agent, name, value)
+    # Outside the transaction, as in agent_register.
     agent.full_clean(validate_unique=False, validate_constraints=False)
-    # Only the fields sent: a concurrent edit of another field survives.
-    agent.save(update_fields=[*changed, "updated_at"])
     if set(changed) == {"enabled"}:
         action = "agent.enable" if agent.enabled else "agent.disable"
     else:
         action = "agent.update"
-    # Config may hold secrets of the handler (API keys): record which fields changed, not their values.
-    audit_record(
-        tenant=agent.tenant,
-        actor=actor,
-        action=action,
-        target_type="agent",
-        target_id=agent.slug,
-        details={"fields": sorted(changed)},
-    )
+    with transaction.atomic():
+        # Only the fields sent: a concurrent edit of another field survives.
+        agent.save(update_fields=[*changed, "updated_at"])
+        # Config may hold secrets of the handler (API keys): record which fields changed, not their values.
+        audit_record(
+            tenant=agent.tenant,
+            actor=actor,
+            action=action,
+            target_type="agent",
+            target_id=agent.slug,
+            details={"fields": sorted(changed)},
+        )
     return agent
 
 

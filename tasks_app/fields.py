@@ -145,9 +145,22 @@ class EncryptedTextField(models.TextField):
 
 @checks.register()
 def check_field_encryption_keys(app_configs, **kwargs) -> list[checks.CheckMessage]:
-    """`manage.py check` (and migrate) refuse keys that are not Fernet keys."""
+    """`manage.py check` (and migrate) refuse keys that are not Fernet keys.
+
+    In production (DEBUG off) a key derived from SECRET_KEY is a warning: a new
+    SECRET_KEY would make every stored webhook secret unreadable.
+    """
     try:
         fernet()
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="tasks_app.E001")]
+    if not settings.DEBUG and not settings.FIELD_ENCRYPTION_KEYS:
+        return [
+            checks.Warning(
+                "FIELD_ENCRYPTION_KEYS is not set: webhook secrets are encrypted with a key derived "
+                "from SECRET_KEY, and a new SECRET_KEY will make them unreadable.",
+                hint="Set FIELD_ENCRYPTION_KEYS (or FIELD_ENCRYPTION_KEYS_FILE) to your own Fernet key.",
+                id="tasks_app.W001",
+            )
+        ]
     return []

@@ -9,9 +9,11 @@ def run_turn(task_id: str, message_pk: int) -> None:
     turn_run(task_id=task_id, message_pk=message_pk)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(ignore_result=True)
 def cancel_agent(task_id: str) -> None:
-    # The agent's cancel() for a task canceled while no turn of it was running.
+    # The agent's cancel() for a task canceled while no turn of it was running. Best
+    # effort and at most once (acknowledged on receipt): a redelivery would give the
+    # agent a second cancel() (a second remote CancelTask for a2a_proxy).
     agent_cancel(task_id=task_id)
 
 

@@ -88,14 +88,19 @@ class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
             allowed = await database_sync_to_async(_still_allowed)(self.user_pk, self.slug)
         except Exception:
             log.exception("Could not check user %s's access to tenant %s", self.user_pk, self.slug)
-            # Not knowing is not being allowed: the page reconnects and is checked afresh.
-            allowed = False
+            # Not knowing is not being allowed, but it is no refusal either: 1011 makes
+            # the page reconnect, and the new socket is checked afresh at connect.
+            await self.stop(code=1011)
+            return False
         self.checked_at = time.monotonic()
         if not allowed:
-            self.revoked = True
-            await self.leave_group()
-            await self.close(code=CLOSE_REVOKED)
+            await self.stop(code=CLOSE_REVOKED)
         return allowed
+
+    async def stop(self, code: int):
+        self.revoked = True
+        await self.leave_group()
+        await self.close(code=code)
 
     async def leave_group(self):
         if self.group:

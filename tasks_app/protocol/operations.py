@@ -61,7 +61,13 @@ async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> 
     _check_tenant(call, request)
     outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
     if call.last_event_id is not None:
-        return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
+        log_end = await sync_to_async(_log_end)(outcome.task.pk)
+        if call.last_event_id <= log_end:
+            return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
+        if outcome.duplicate:
+            # A resent message resuming from an id its stream never sent.
+            raise _beyond_log(call.last_event_id, log_end)
+        # A new message: the header cannot be about its stream; serve it from the start.
     if outcome.seq_before == 0 and not outcome.duplicate:
         # A new task: its log starts with the Task itself, so the stream is the log.
         return _stream(outcome.task.pk, after=0, snapshot=False)
@@ -86,12 +92,7 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
     if call.last_event_id is not None:
         if call.last_event_id > task.event_seq:
             # Not an id this task's stream ever sent: waiting for it would never end.
-            raise InvalidParamsError(
-                message=(
-                    f"Last-Event-ID {call.last_event_id} is beyond the task's log, "
-                    f"which ends at event {task.event_seq}"
-                )
-            )
+            raise _beyond_log(call.last_event_id, task.event_seq)
         # Resuming: what the client missed, then live events. A client that saw
         # the final event gets an empty stream that closes at once.
         return _stream(task.pk, after=call.last_event_id, snapshot=False)
@@ -101,6 +102,16 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
         )
     # A subscriber to a task waiting for input stays on until the task moves on.
     return _stream(task.pk, after=None, snapshot=True, wait_past_interruption=True)
+
+
+def _log_end(task_pk) -> int:
+    return Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
+
+
+def _beyond_log(last_event_id: int, log_end: int) -> InvalidParamsError:
+    return InvalidParamsError(
+        message=f"Last-Event-ID {last_event_id} is beyond the task's log, which ends at event {log_end}"
+    )
 
 
 def _snapshot_with_seq(task_pk) -> tuple[int, dict]:

@@ -173,6 +173,21 @@ def test_a_retried_streaming_send_after_the_final_event_closes_at_once(server):
     assert time.monotonic() - started < CLOSES_WITHIN
 
 
+def test_a_retried_streaming_send_beyond_the_log_is_invalid_params(server):
+    params = user_message("retry me far", f"edge-{uuid.uuid4()}")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+    with stream(server.agent_url("echo"), body) as response:
+        final_id = int(list(read_events(response))[-1]["id"])
+    resent = httpx.post(
+        server.agent_url("echo"),
+        json=body,
+        headers={"A2A-Version": "1.0", "Last-Event-ID": str(final_id + 5)},
+        timeout=30,
+    )
+    assert resent.json()["error"]["code"] == -32602
+    assert f"beyond the task's log, which ends at event {final_id}" in resent.json()["error"]["message"]
+
+
 def test_a_resubscriber_waits_through_input_required_and_a_reconnect_after_the_end_closes(server, rpc):
     asking = rpc("SendMessage", user_message("Plan it", f"edge-{uuid.uuid4()}"), agent="clarify")
     task = asking["result"]["task"]

@@ -137,3 +137,23 @@ def test_two_operators_answer_the_same_prompt_and_only_one_answer_counts(server,
         ]
     )
     assert texts == ["Plan the offsite", f"Answer from {winners[0]}"]
+
+
+def test_a_live_refresh_does_not_swallow_the_flash_of_the_page_being_loaded(server, sign_in, acme_agent, rpc):
+    """The answer's events reach the open page's feed, which refetches the page while the
+    browser is still following the POST's redirect: that refetch must leave the flash."""
+    task_id = _waiting_task(rpc, acme_agent("clarify", "clarify"))
+    bob = sign_in("bob")
+    bob.goto(f"/console/t/acme/tasks/{task_id}/")
+    url = f"{server.base_url}/console/t/acme/tasks/{task_id}/"
+    posted = bob.request.post(
+        url + "answer",
+        form={"text": "Forty guests"},
+        headers={"X-CSRFToken": _csrf(bob), "Referer": url},
+        max_redirects=0,
+    )
+    assert posted.status == 302, posted.text()
+    live = bob.request.get(url, headers={"X-Console-Live": "1"})
+    assert live.status == 200 and 'class="flash"' not in live.text()
+    shown = bob.request.get(url)
+    assert 'class="flash"' in shown.text() and "Answer sent" in shown.text()

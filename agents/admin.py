@@ -1,10 +1,10 @@
-from django import forms
 from django.contrib import admin
 
+from agents.forms import AgentChecksAfterFields
 from agents.models import Agent
 
 
-class AgentAdminForm(forms.ModelForm):
+class AgentAdminForm(AgentChecksAfterFields):
     class Meta:
         model = Agent
         fields = [
@@ -19,13 +19,6 @@ class AgentAdminForm(forms.ModelForm):
             "enabled",
             "visibility",
         ]
-
-    def _post_clean(self):
-        # Agent.clean() checks the config against the handler on the instance the form
-        # fills in: with a field already refused (bad JSON) it would judge the old value.
-        if self.errors:
-            return
-        super()._post_clean()
 
 
 @admin.register(Agent)

@@ -5,6 +5,7 @@ from django.conf import settings
 from google.protobuf.json_format import ParseError
 
 from agents.cards import card_dict
+from agents.forms import AgentChecksAfterFields
 from agents.models import Agent
 from agents.registry import handler_choices
 
@@ -18,7 +19,7 @@ def _parse_json(value: str, what: str):
         ) from None
 
 
-class AgentForm(forms.ModelForm):
+class AgentForm(AgentChecksAfterFields):
     handler = forms.ChoiceField(
         choices=handler_choices,
         help_text="The behaviour this agent runs, from the platform's handler registry.",
@@ -94,14 +95,6 @@ class AgentForm(forms.ModelForm):
         except (ParseError, TypeError, ValueError) as exc:
             raise forms.ValidationError(f"These values do not make a valid agent card: {exc}") from None
         return cleaned
-
-    def _post_clean(self):
-        # The model's own checks (Agent.clean: the config against the handler) judge the
-        # instance as the form fills it in: with a field already refused, they would judge
-        # a default instead of what was typed. Those come once the fields are fixed.
-        if self.errors:
-            return
-        super()._post_clean()
 
 
 class ClientForm(forms.Form):

@@ -120,7 +120,7 @@ if DATABASE_URL:
         DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
-            "max_size": env_int("DB_POOL_MAX", 20),
+            "max_size": env_int("DB_POOL_MAX", 40),
             "timeout": env_float("DB_POOL_TIMEOUT", 10.0),
         }
     else:
@@ -138,6 +138,8 @@ else:
                 "transaction_mode": "IMMEDIATE",
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
+            # Connections stay open in the threads that do database work for async code.
+            "CONN_MAX_AGE": None,
             # Tests run the server in another process, so the test database is a file.
             "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
         }
@@ -174,22 +176,53 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Workers outlive broker outages: reconnect forever, at start and later. A turn
+# that runs keeps running through an outage (it writes to the database, not to
+# the broker), so a lost connection does not cancel it.
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+CELERY_BROKER_HEARTBEAT = 0
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Turns are recovered from their lease in the database, not from the
+        # broker's unacked set; a long visibility timeout only avoids needless
+        # redeliveries of long turns.
+        "visibility_timeout": 3600,
+        "socket_timeout": 30,
+        "socket_connect_timeout": 5,
+        "retry_on_timeout": True,
+        "health_check_interval": 10,
+    }
+# Threads that run agent turns inside `manage.py serve` on the embedded default.
 EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
+# The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
+A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
 CELERY_BEAT_SCHEDULE = {
-    "sweep-turns": {"task": "tasks_app.tasks.sweep_turns", "schedule": 30.0},
+    "sweep-turns": {"task": "tasks_app.tasks.sweep_turns", "schedule": A2A_SWEEP_INTERVAL},
 }
 
-# --- A2A behaviour --------------------------------------------------------------
+# --- Task engine ----------------------------------------------------------------
 # How long a blocking SendMessage waits for a terminal or interrupted state.
 A2A_BLOCKING_TIMEOUT = env_float("A2A_BLOCKING_TIMEOUT", 60.0)
 # Comment lines sent on idle SSE streams so proxies keep them open.
 A2A_SSE_HEARTBEAT = env_float("A2A_SSE_HEARTBEAT", 15.0)
-# A turn still running after this many seconds is considered lost (dead worker).
-A2A_TURN_LEASE = env_int("A2A_TURN_LEASE", 900)
+# A running turn holds a lease it renews every A2A_TURN_HEARTBEAT seconds; a
+# lease not renewed for A2A_TURN_LEASE seconds means its worker is gone, and
+# the sweeper runs the turn again, up to A2A_TURN_MAX_ATTEMPTS times in all.
+A2A_TURN_LEASE = env_float("A2A_TURN_LEASE", 10.0)
+A2A_TURN_HEARTBEAT = env_float("A2A_TURN_HEARTBEAT", 2.0)
+A2A_TURN_MAX_ATTEMPTS = env_int("A2A_TURN_MAX_ATTEMPTS", 3)
 # A turn still queued after this many seconds is dispatched again by the sweeper.
-A2A_TURN_REDISPATCH_AFTER = env_int("A2A_TURN_REDISPATCH_AFTER", 30)
+A2A_TURN_REDISPATCH_AFTER = env_float("A2A_TURN_REDISPATCH_AFTER", 5.0)
+# Events an agent emits in a burst are stored in one transaction: a batch is
+# written this many seconds after its first event, or at once when an event
+# ends or interrupts the task.
+A2A_EVENT_FLUSH_DELAY = env_float("A2A_EVENT_FLUSH_DELAY", 0.01)
+# Threads that run database work for async code (the engine, the bindings).
+A2A_DB_THREADS = env_int("A2A_DB_THREADS", 16)
 A2A_CARD_MAX_AGE = env_int("A2A_CARD_MAX_AGE", 300)
 A2A_MAX_REQUEST_BYTES = env_int("A2A_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES

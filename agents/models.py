@@ -1,10 +1,14 @@
 import json
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from a2a_platform.tenants.models import Tenant, slug_validator
 from agents.registry import ConfigInvalid, HandlerNotAvailable, available_handlers, validate_handler_config
+
+# A day: the longest a single turn may hold a worker.
+MAX_TURN_TIMEOUT = 86400
 
 
 class Agent(models.Model):
@@ -23,6 +27,12 @@ class Agent(models.Model):
     skills = models.JSONField(default=list, blank=True)
     handler = models.CharField(max_length=200)
     config = models.JSONField(default=dict, blank=True)
+    # Seconds one turn of this agent may run; past it the turn is stopped and its task FAILED.
+    turn_timeout = models.PositiveIntegerField(
+        default=600,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_TURN_TIMEOUT)],
+        help_text="Seconds one turn may run before it is stopped and its task fails.",
+    )
     enabled = models.BooleanField(default=True)
     visibility = models.CharField(max_length=20, choices=Visibility.choices, default=Visibility.PUBLIC)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,61 +1,99 @@
 """A task's event log and its live feed.
 
-Writers append to the log inside their transaction and publish on the task's
-channel-layer group after commit. Readers join the group first, then read the
-log from where they are, then take live events, so nothing published in
-between is lost. A live event whose seq does not follow on sends the reader
-back to the log; the log, not the channel layer, is the source of truth.
+Writers append to the log inside their transaction (one INSERT for a whole
+batch) and publish the batch on the task's channel-layer group after commit,
+as one message. Readers join the group first, then read the log from where
+they are, then take live events, so nothing published in between is lost. A
+live event whose seq does not follow on sends the reader back to the log; the
+log, not the channel layer, is the source of truth.
+
+The channel layer may fail (Redis restarting): publishing never raises into
+the writer, and a reader that loses its subscription reads the log every
+half second until it can subscribe again, then fills the gap from the log.
 """
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
-from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
+from tasks_app import engine
+from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task, TaskEvent
 from tasks_app.protocol.convert import PROTO_NAME_TO_STATE
-from tasks_app.push import push_deliveries_queue
+
+logger = logging.getLogger(__name__)
 
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 HEARTBEAT = object()
+# While the channel layer is unreachable, readers look at the log this often.
+DEGRADED_POLL = 0.5
 
 
 def group_name(task_pk) -> str:
     return f"task.{str(task_pk).replace('-', '')}"
 
 
-def event_append(task: Task, kind: str, payload: dict) -> TaskEvent:
-    """Append one event to the log of a task whose row the caller has locked.
-
-    Publishes after the surrounding transaction commits.
-    """
-    task.event_seq += 1
-    Task.objects.filter(pk=task.pk).update(event_seq=task.event_seq)
-    event = TaskEvent.objects.create(task=task, seq=task.event_seq, kind=kind, payload=payload)
-    # Same transaction: an event is queued for the task's webhooks exactly when it is logged.
-    push_deliveries_queue(task, event)
-    message = {"type": "task.event", "seq": event.seq, "payload": payload}
-    transaction.on_commit(lambda: publish(task.pk, message))
-    # Console feed: a small note per event on the tenant's group, so lists and
-    # queues can refresh without joining every task's group. No agent content.
-    note = {"type": "tenant.task", "task": str(task.pk), "state": str(task.state), "seq": event.seq}
-    transaction.on_commit(lambda: publish_tenant(task.tenant_id, note))
-    return event
-
-
-def publish(task_pk, message: dict) -> None:
-    async_to_sync(get_channel_layer().group_send)(group_name(task_pk), message)
+def cancel_group_name(task_pk) -> str:
+    """The group a running turn listens on for its task's cancellation (and nothing else)."""
+    return f"cancel.{str(task_pk).replace('-', '')}"
 
 
 def tenant_group_name(tenant_pk) -> str:
     return f"tenant.{tenant_pk}"
 
 
+def log_append(task: Task, entries: list[tuple[str, dict]]) -> list[TaskEvent]:
+    """Append events to the log of a task whose row the caller has locked (or is creating).
+
+    Advances task.event_seq in memory; the caller writes it with its own
+    INSERT or UPDATE of the task, in the same transaction. Publishes the batch
+    after that transaction commits.
+    """
+    events = []
+    for kind, payload in entries:
+        task.event_seq += 1
+        events.append(TaskEvent(task=task, seq=task.event_seq, kind=kind, payload=payload))
+    TaskEvent.objects.bulk_create(events)
+    batch = [[event.seq, event.payload] for event in events]
+    # Console feed: one small note per batch on the tenant's group, so lists and
+    # queues can refresh without joining every task's group. No agent content.
+    note = {"type": "tenant.task", "task": str(task.pk), "state": str(task.state), "seq": task.event_seq}
+    task_pk, tenant_pk = task.pk, task.tenant_id
+    transaction.on_commit(
+        lambda: publish_soon(
+            [
+                (group_name(task_pk), {"type": "task.events", "events": batch}),
+                (tenant_group_name(tenant_pk), note),
+            ]
+        ),
+        robust=True,
+    )
+    return events
+
+
+async def publish(messages: list[tuple[str, dict]]) -> None:
+    """Send (group, message) pairs on the channel layer; a failure is logged, never raised."""
+    layer = get_channel_layer()
+    for group, message in messages:
+        try:
+            await layer.group_send(group, message)
+        except Exception as exc:
+            # Readers fall back to the log; nobody misses an event for this.
+            logger.warning("Could not publish on %s: %r", group, exc)
+
+
+def publish_soon(messages: list[tuple[str, dict]]) -> None:
+    """From synchronous code: publish on the process's engine loop without waiting."""
+    engine.fire(publish(messages), "publish")
+
+
 def publish_tenant(tenant_pk, message: dict) -> None:
-    async_to_sync(get_channel_layer().group_send)(tenant_group_name(tenant_pk), message)
+    """From synchronous code: a note on a tenant's group (the console feed), without waiting."""
+    publish_soon([(tenant_group_name(tenant_pk), message)])
 
 
 def payload_state(payload: dict):
@@ -78,20 +116,21 @@ def events_after(task_pk, seq: int) -> list[tuple[int, dict]]:
 
 
 class Subscription:
-    """Membership of one task's group, joined before the log is read."""
+    """Membership of one channel-layer group, joined before the log is read."""
 
-    def __init__(self, task_pk):
+    def __init__(self, task_pk, group: str | None = None):
         self.task_pk = task_pk
+        self.group = group or group_name(task_pk)
         self.layer = get_channel_layer()
         self.channel = None
 
     async def __aenter__(self):
         self.channel = await self.layer.new_channel()
-        await self.layer.group_add(group_name(self.task_pk), self.channel)
+        await self.layer.group_add(self.group, self.channel)
         return self
 
     async def __aexit__(self, *exc_info):
-        await self.layer.group_discard(group_name(self.task_pk), self.channel)
+        await self.layer.group_discard(self.group, self.channel)
 
     async def receive(self, timeout: float) -> dict | None:
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a
@@ -102,6 +141,60 @@ class Subscription:
                 return await self.layer.receive(self.channel)
         except TimeoutError:
             return None
+
+
+class Feed:
+    """A Subscription that outlives channel-layer failures.
+
+    receive() returns a message, or None when the reader should look at the
+    log: after a quiet spell, while the layer is unreachable, and once right
+    after it could join the group again (to fill what it missed meanwhile).
+    A quiet spell also renews the group membership, which a restarted Redis
+    has forgotten.
+    """
+
+    def __init__(self, task_pk, group: str | None = None):
+        self.subscription = Subscription(task_pk, group)
+        self.joined = False
+
+    async def join(self) -> bool:
+        try:
+            await self.subscription.__aenter__()
+        except Exception as exc:
+            logger.warning("Could not join %s: %r", self.subscription.group, exc)
+            self.joined = False
+        else:
+            self.joined = True
+        return self.joined
+
+    async def receive(self, timeout: float) -> dict | None:
+        if not self.joined:
+            await asyncio.sleep(min(timeout, DEGRADED_POLL))
+            await self.join()
+            return None
+        try:
+            message = await self.subscription.receive(timeout)
+        except Exception as exc:
+            logger.warning("Lost the subscription to %s: %r", self.subscription.group, exc)
+            self.joined = False
+            return None
+        if message is None:
+            await self.join()  # idempotent: refreshes a membership Redis may have lost
+        return message
+
+    async def close(self) -> None:
+        if self.joined:
+            try:
+                await self.subscription.__aexit__(None, None, None)
+            except Exception as exc:
+                logger.debug("Could not leave %s: %r", self.subscription.group, exc)
+
+
+def live_events(message: dict | None) -> list[tuple[int, dict]]:
+    """The (seq, payload) pairs a task-group message carries."""
+    if message is None or message.get("type") != "task.events":
+        return []
+    return [(seq, payload) for seq, payload in message["events"]]
 
 
 async def follow(
@@ -119,11 +212,22 @@ async def follow(
     loop = asyncio.get_running_loop()
     last = after_seq
     quiet_since = loop.time()
-    async with Subscription(task_pk) as subscription:
+    feed = Feed(task_pk)
+    await feed.join()
+    try:
         from_log = True
         while True:
             if from_log:
-                state, events = await sync_to_async(_state_and_events_after)(task_pk, last)
+                try:
+                    state, events = await db(_state_and_events_after, task_pk, last)
+                except UNAVAILABLE_ERRORS as exc:
+                    # The database restarts: keep the stream (and its heartbeats) on, read again soon.
+                    logger.warning("Stream of task %s: the database is unavailable (%r)", task_pk, exc)
+                    await asyncio.sleep(DEGRADED_POLL)
+                    if loop.time() - quiet_since >= heartbeat:
+                        quiet_since = loop.time()
+                        yield HEARTBEAT
+                    continue
                 for seq, payload in events:
                     last, quiet_since = seq, loop.time()
                     yield seq, payload
@@ -134,22 +238,25 @@ async def follow(
                 from_log = False
             # Never wait longer than a few seconds without looking at the log:
             # it heals a notification lost between processes.
-            message = await subscription.receive(timeout=min(heartbeat, 5.0))
+            message = await feed.receive(timeout=min(heartbeat, 5.0))
             if message is None:
                 from_log = True
                 if loop.time() - quiet_since >= heartbeat:
                     quiet_since = loop.time()
                     yield HEARTBEAT
                 continue
-            if message.get("type") != "task.event" or message["seq"] <= last:
-                continue
-            if message["seq"] != last + 1:
-                from_log = True
-                continue
-            last, quiet_since = message["seq"], loop.time()
-            yield last, message["payload"]
-            if closes_stream(message["payload"]):
-                return
+            for seq, payload in live_events(message):
+                if seq <= last:
+                    continue
+                if seq != last + 1:
+                    from_log = True
+                    break
+                last, quiet_since = seq, loop.time()
+                yield last, payload
+                if closes_stream(payload):
+                    return
+    finally:
+        await feed.close()
 
 
 async def wait_until_settled(task_pk, *, timeout: float | None = None) -> None:
@@ -157,21 +264,25 @@ async def wait_until_settled(task_pk, *, timeout: float | None = None) -> None:
     timeout = timeout if timeout is not None else settings.A2A_BLOCKING_TIMEOUT
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    async with Subscription(task_pk) as subscription:
+    feed = Feed(task_pk)
+    await feed.join()
+    try:
         check_store = True
         while True:
             if check_store:
-                state = await sync_to_async(_current_state)(task_pk)
+                state = await db(_current_state, task_pk)
                 if state is None or state in SETTLED_STATES:
                     return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            message = await subscription.receive(timeout=min(remaining, 5.0))
-            # Only a quiet spell sends us back to the database.
+            message = await feed.receive(timeout=min(remaining, 5.0))
+            # Only a quiet spell (or a lost subscription) sends us back to the database.
             check_store = message is None
-            if message and message.get("type") == "task.event" and closes_stream(message["payload"]):
+            if any(closes_stream(payload) for _, payload in live_events(message)):
                 return
+    finally:
+        await feed.close()
 
 
 def _current_state(task_pk):

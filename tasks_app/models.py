@@ -116,6 +116,12 @@ class Message(models.Model):
     reference_task_ids = models.JSONField(default=list, blank=True)
     turn = models.CharField(max_length=10, choices=Turn.choices, default=Turn.NONE, blank=True)
     turn_started_at = models.DateTimeField(null=True, blank=True)
+    # The turn's lease: each claim counts an attempt and holds the turn until
+    # lease_until, renewed while it runs; the sweeper runs an expired one again.
+    turn_attempts = models.PositiveSmallIntegerField(default=0)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # When the turn was last handed to the workers (the sweeper paces redispatches on it).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     # Who sent it, for user messages: same principal format as Task.owner.
     sender = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -127,6 +133,11 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["task", "created_at"], name="message_task_idx"),
             models.Index(fields=["turn", "created_at"], name="message_turn_idx"),
+            models.Index(
+                fields=["turn", "lease_until"],
+                condition=models.Q(turn__in=["pending", "running"]),
+                name="message_open_turn_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -144,6 +155,11 @@ class Artifact(models.Model):
     # Chunked artifacts: how many chunks arrived, and whether lastChunk was seen.
     chunk_count = models.PositiveIntegerField(default=1)
     complete = models.BooleanField(default=True)
+    # The turn (its user message's pk) that last wrote this artifact, and what
+    # the artifact held before that turn (None: the turn created it), so a turn
+    # run again after a lost worker starts from there instead of appending twice.
+    turn = models.BigIntegerField(null=True, blank=True)
+    turn_base = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

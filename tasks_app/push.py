@@ -32,6 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
 from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
 
@@ -273,29 +274,25 @@ def push_config_delete(caller: Caller, task_id: str, config_id: str) -> None:
 
 
 # --- Delivery ---------------------------------------------------------------------
-def push_deliveries_queue(task: Task, event: TaskEvent) -> None:
-    """Queue one event for every push config of its task. Runs inside event_append's transaction.
+def push_deliveries_queue(task: Task, events: list[TaskEvent]) -> None:
+    """Queue events for every push config of their task, inside the transaction that logs them.
 
     One indexed query for a task without configs; jobs are enqueued after commit.
     """
     config_pks = list(PushConfig.objects.filter(task_id=task.pk).values_list("pk", flat=True))
-    if not config_pks:
+    if not config_pks or not events:
         return
     PushDelivery.objects.bulk_create(
-        [PushDelivery(config_id=pk, event=event, seq=event.seq) for pk in config_pks]
+        [PushDelivery(config_id=pk, event=event, seq=event.seq) for event in events for pk in config_pks]
     )
-    seq = event.seq
-    transaction.on_commit(lambda: [push_dispatch(pk, seq) for pk in config_pks])
+    seq = events[0].seq
+    # One job per config: a job sends the config's queued events in order.
+    transaction.on_commit(lambda: [push_dispatch(pk, seq) for pk in config_pks], robust=True)
 
 
 def push_dispatch(config_pk: int, seq: int | None = None, *, countdown: float | None = None) -> None:
     """Enqueue a delivery job. A broker failure only delays delivery: the sweeper re-dispatches."""
-    from tasks_app.tasks import deliver_push
-
-    try:
-        deliver_push.apply_async((config_pk, seq), countdown=countdown)
-    except Exception:
-        logger.exception("Could not enqueue push delivery of config %s; the sweeper will retry", config_pk)
+    job_send(DELIVER_PUSH, config_pk, seq, countdown=countdown)
 
 
 def push_deliver(config_pk: int, seq: int | None = None) -> int:

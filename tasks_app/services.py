@@ -24,7 +24,8 @@ from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from tasks_app.access import Caller, get_task_for_caller, tasks_visible_to
-from tasks_app.events import event_append, publish
+from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
+from tasks_app.events import cancel_group_name, log_append, publish_soon
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
@@ -32,9 +33,12 @@ from tasks_app.protocol.convert import (
     status_update_dict,
     task_dict,
 )
-from tasks_app.push import PushConfigInput, push_config_clean, push_config_save
+from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
 
 logger = logging.getLogger(__name__)
+
+# Messages a task read returns when the caller names no historyLength.
+DEFAULT_HISTORY_LENGTH = 100
 
 
 @dataclass
@@ -54,6 +58,11 @@ def message_send(
     context); one with taskId continues an interrupted task. A messageId that
     was already accepted on this agent answers with the task it started, which
     makes retries safe.
+
+    One transaction stores everything (context, task, message, the first log
+    entry); the turn is dispatched and the entry published after it commits,
+    and a failure there is only logged: the task is accepted, the sweeper
+    dispatches it again.
 
     client_task_id (draft-dialect tasks/send only) stores a new task under the
     client's own id; an id another task of this agent holds raises IntegrityError.
@@ -95,23 +104,29 @@ def _create_task(
     push_config: PushConfigInput | None = None,
     client_task_id: str | None = None,
 ) -> Task:
-    context_id = message.context_id or str(uuid.uuid4())
-    context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=context_id)
-    now = timezone.now()
-    task = Task.objects.create(
+    if message.context_id:
+        context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=message.context_id)
+    else:
+        context = Context.objects.create(tenant=caller.tenant, context_id=str(uuid.uuid4()))
+    task = Task(
         tenant=caller.tenant,
         agent=caller.agent,
         context=context,
         state=TaskState.SUBMITTED,
-        status_timestamp=now,
+        status_timestamp=timezone.now(),
         owner=caller.principal,
         client_task_id=client_task_id,
+        # The log starts with the Task itself (appended below).
+        event_seq=1,
     )
-    if push_config is not None:
-        # Stored before the first event, so the webhook gets the Task itself too.
-        push_config_save(task, push_config)
+    task.save(force_insert=True)
     user_message = _store_user_message(caller, task, message)
-    event_append(task, TaskEvent.Kind.TASK, {"task": task_dict(task, messages=[user_message])})
+    task.event_seq = 0
+    events = log_append(task, [(TaskEvent.Kind.TASK, {"task": task_dict(task, messages=[user_message])})])
+    if push_config is not None:
+        # Stored before the first event is queued, so the webhook gets the Task itself too.
+        push_config_save(task, push_config)
+        push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
     return task
 
@@ -141,8 +156,9 @@ def _continue_task(
     task.state = TaskState.SUBMITTED
     task.status_message = None
     task.status_timestamp = timezone.now()
-    task.save(update_fields=["state", "status_message", "status_timestamp", "updated_at"])
-    event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})
+    events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
+    task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
+    push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
     return task, seq_before
 
@@ -150,6 +166,7 @@ def _continue_task(
 def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Message:
     data = proto_to_dict(message)
     try:
+        # A savepoint: a clash must not break the transaction before it is reported.
         with transaction.atomic():
             return Message.objects.create(
                 tenant=caller.tenant,
@@ -162,6 +179,7 @@ def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Mess
                 extensions=data.get("extensions", []),
                 reference_task_ids=list(message.reference_task_ids),
                 turn=Message.Turn.PENDING,
+                dispatched_at=timezone.now(),
                 sender=caller.principal,
             )
     except IntegrityError:
@@ -170,37 +188,24 @@ def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Mess
 
 
 def _dispatch_after_commit(task: Task, message: Message) -> None:
-    transaction.on_commit(lambda: turn_dispatch(task.pk, message.pk))
-
-
-def turn_dispatch(task_pk, message_pk: int) -> None:
-    """Hand a stored turn to the workers. A broker failure only delays it: the sweeper retries."""
-    from tasks_app.tasks import run_turn
-
-    try:
-        run_turn.delay(str(task_pk), message_pk)
-    except Exception:
-        logger.exception("Could not enqueue turn %s of task %s; the sweeper will retry", message_pk, task_pk)
-
-
-def agent_cancel_dispatch(task_pk) -> None:
-    """Have a worker give a task canceled while no turn ran its agent's cancel().
-
-    A broker failure is only logged: the task is CANCELED already, the agent
-    misses its chance to let go of what it holds elsewhere.
-    """
-    from tasks_app.tasks import cancel_agent
-
-    try:
-        cancel_agent.delay(str(task_pk))
-    except Exception:
-        logger.exception("Could not enqueue the agent cancel of task %s", task_pk)
+    task_pk, message_pk = task.pk, message.pk
+    transaction.on_commit(lambda: turn_dispatch(task_pk, message_pk), robust=True)
 
 
 def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
-    """The stored task as ProtoJSON, read in three queries."""
+    """The stored task as ProtoJSON, read in three queries.
+
+    historyLength unset returns the newest DEFAULT_HISTORY_LENGTH messages, so
+    reading a long conversation costs the same as reading a short one.
+    """
     task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
-    messages = list(task.messages.order_by("created_at", "pk")) if history_length != 0 else []
+    if history_length is None:
+        history_length = DEFAULT_HISTORY_LENGTH
+    messages = []
+    if history_length != 0:
+        # One more than asked: the status message is left out of the history.
+        newest = task.messages.order_by("-created_at", "-pk")[: history_length + 1]
+        messages = list(reversed(newest))
     artifacts = list(task.artifacts.order_by("created_at", "pk")) if include_artifacts else []
     return task_dict(task, messages=messages, artifacts=artifacts, history_length=history_length)
 
@@ -234,17 +239,20 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         task.state = TaskState.CANCELED
         task.status_message = None
         task.status_timestamp = timezone.now()
-        task.save(update_fields=["state", "status_message", "status_timestamp", "updated_at"])
-        event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})
+        events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
+        task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
+        push_deliveries_queue(task, events)
         task_pk = task.pk
         # Under the task's lock, which turn_finish takes too, so a turn is either
         # seen running here (and gives the agent its cancel() itself) or done. A
         # queued turn's claim waits for this transaction, then finds it done.
         Message.objects.filter(task=task, turn=Message.Turn.PENDING).update(turn=Message.Turn.DONE)
         turn_running = Message.objects.filter(task=task, turn=Message.Turn.RUNNING).exists()
-        transaction.on_commit(lambda: publish(task_pk, {"type": "task.cancel"}))
+        transaction.on_commit(
+            lambda: publish_soon([(cancel_group_name(task_pk), {"type": "task.cancel"})]), robust=True
+        )
         if not turn_running:
-            transaction.on_commit(lambda: agent_cancel_dispatch(task_pk))
+            transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
     return task_snapshot(task_pk)
 
 

@@ -1,15 +1,20 @@
+"""Celery tasks: each loads ids and calls the engine. Dispatched by name (tasks_app/dispatch.py)."""
+
 from celery import shared_task
 
 from tasks_app.push import push_deliver, push_sweep
-from tasks_app.turns import agent_cancel, turn_run, turn_sweep
+from tasks_app.sweeper import turn_sweep
+from tasks_app.turns import agent_cancel, turn_run
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(name="tasks_app.tasks.run_turn", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_turn(task_id: str, message_pk: int) -> None:
+    # The turn's lease in the database, not this message, is what brings a lost
+    # turn back (tasks_app/sweeper.py); a redelivery finds the turn claimed.
     turn_run(task_id=task_id, message_pk=message_pk)
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="tasks_app.tasks.cancel_agent", ignore_result=True)
 def cancel_agent(task_id: str) -> None:
     # The agent's cancel() for a task canceled while no turn of it was running. Best
     # effort and at most once (acknowledged on receipt): a redelivery would give the
@@ -17,17 +22,19 @@ def cancel_agent(task_id: str) -> None:
     agent_cancel(task_id=task_id)
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="tasks_app.tasks.sweep_turns", ignore_result=True)
 def sweep_turns() -> dict:
     return turn_sweep()
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(
+    name="tasks_app.tasks.deliver_push", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
 def deliver_push(config_pk: int, seq: int | None = None) -> None:
     # Sends this config's queued events in order, not only `seq`; jobs that find the work claimed return.
     push_deliver(config_pk, seq)
 
 
-@shared_task(ignore_result=True)
+@shared_task(name="tasks_app.tasks.sweep_push", ignore_result=True)
 def sweep_push() -> dict:
     return push_sweep()

@@ -1,10 +1,30 @@
 """The worker side: run one agent turn and make every event it emits durable.
 
-A turn is started by a user message. The worker claims it with a conditional
-UPDATE (a redelivered Celery message finds it claimed and returns), builds the
-a2a-sdk RequestContext, and runs the handler's AgentExecutor.execute() with an
-EventQueue that stores each event, appends it to the task's log and publishes
-it before the executor carries on.
+A turn is started by a user message. A worker claims it with a conditional
+UPDATE that counts an attempt and takes a lease (a redelivered job finds it
+claimed and returns), then runs it on the process's engine loop: it builds
+the a2a-sdk RequestContext and runs the handler's AgentExecutor.execute()
+with a TurnEventQueue.
+
+Events are stored in batches: what the agent emits in one burst is written in
+one transaction (the task's row locked, the log appended with one INSERT, the
+task updated once) a few milliseconds after the burst's first event, and at
+once for an event that ends or interrupts the task; the batch is published
+after commit. Every batch checks that this worker still holds the turn's
+lease, so a worker that lost it (presumed dead, its turn run again
+elsewhere) writes nothing more.
+
+While the agent runs, a watcher renews the lease every A2A_TURN_HEARTBEAT
+seconds, listens for the task's cancellation, and stops the turn at the
+agent's time limit. A stopped agent gets STOP_TIMEOUT seconds to let go of
+its cancellation; one that swallows it is abandoned on the engine loop, and
+the worker thread is free again.
+
+A turn run again (attempt 2 or later, after its worker was lost) first undoes
+what the lost attempt wrote to the task (its agent messages and artifact
+changes; its log entries stay, the log is append-only) and logs a WORKING
+status that says so. Agent authors: execute() may run more than once for one
+turn.
 
 A task canceled while no turn runs (it waits for input, or its turn is still
 queued) gets its agent's cancel() from a job of its own (agent_cancel), so an
@@ -14,7 +34,8 @@ task) can let it go.
 
 import asyncio
 import logging
-from contextlib import suppress
+import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from a2a.server.agent_execution import RequestContext
@@ -22,147 +43,310 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidAgentResponseError
-from asgiref.sync import async_to_sync, sync_to_async
-from channels import DEFAULT_CHANNEL_LAYER
-from channels.layers import InMemoryChannelLayer, channel_layers
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
 from agents.registry import HandlerNotAvailable, build_executor
-from tasks_app.events import Subscription, event_append
+from tasks_app import engine
+from tasks_app.access import parse_task_uuid
+from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.events import Feed, cancel_group_name, log_append
 from tasks_app.models import TERMINAL_STATES, Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     PROTO_TO_STATE,
     message_dict,
     proto_to_dict,
     status_update_dict,
+    task_dict,
 )
-from tasks_app.services import agent_cancel_dispatch, task_snapshot, turn_dispatch
+from tasks_app.push import push_deliveries_queue
 
 logger = logging.getLogger(__name__)
 
-
-# How long a cancelled helper (the agent's execution, the cancel watcher) gets
-# to stop. Code can swallow a cancellation; the turn must finish regardless.
+# How long a cancelled helper (the agent's execution, the watcher) gets to
+# stop. Code can swallow a cancellation; the turn must finish regardless.
 STOP_TIMEOUT = 5.0
 # How long an agent's cancel() may take when no turn of its task is running.
 AGENT_CANCEL_TIMEOUT = 30.0
+# A write the database refused for being unreachable is tried again for this long.
+DB_RETRY_FOR = 60.0
+
+# Why the watcher stopped a turn.
+CANCELED = "canceled"
+LOST = "lost"
+TIMED_OUT = "timed out"
 
 
 class TurnAborted(Exception):
-    """The task ended (canceled, typically) while its agent was still emitting events."""
+    """The task ended (canceled, say), or this worker lost the turn, while the agent still emitted events."""
 
 
-class StoredEventQueue(EventQueue):
-    """Every enqueued event is stored and published before enqueue_event returns."""
-
-    def __init__(self, task_pk):
-        self.task_pk = task_pk
-        # Set once one of the agent's own events ended the task.
-        self.ended_task = False
-
-    async def enqueue_event(self, event) -> None:
-        if not await sync_to_async(event_apply)(self.task_pk, event):
-            raise TurnAborted()
-        if _ends_task(event):
-            self.ended_task = True
+@dataclass(frozen=True)
+class Turn:
+    task_pk: str
+    message_pk: int
+    attempt: int
+    timeout: float
 
 
-class DiscardingEventQueue(EventQueue):
-    """Given to executor.cancel(): the task is already CANCELED in the store."""
-
-    async def enqueue_event(self, event) -> None:
-        return None
+# --- Claim and run -------------------------------------------------------------
+def turn_claim(message_pk: int) -> bool:
+    """Take a queued turn: count an attempt, hold its lease. False if another worker has it."""
+    now = timezone.now()
+    return bool(
+        Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(
+            turn=Message.Turn.RUNNING,
+            turn_started_at=now,
+            lease_until=now + timedelta(seconds=settings.A2A_TURN_LEASE),
+            turn_attempts=F("turn_attempts") + 1,
+        )
+    )
 
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
-    claimed = Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(
-        turn=Message.Turn.RUNNING, turn_started_at=timezone.now()
-    )
-    if not claimed:
+    """Run one turn from a worker thread: claim it here, run it on the engine loop, wait."""
+    if not turn_claim(message_pk):
         return  # another delivery of this turn got there first
-    async_to_sync(_drive)(task_id, message_pk)
+    engine.run(turn_drive(task_id, message_pk))
 
 
-async def _drive(task_pk, message_pk: int) -> None:
+async def turn_drive(task_pk, message_pk: int) -> None:
     error: BaseException | None = None
     executor = None
-    queue = StoredEventQueue(task_pk)
+    turn = None
+    queue = None
     cancel_given = False
+    lost = False
     try:
-        setup = await sync_to_async(_prepare)(task_pk, message_pk)
+        setup = await db(_prepare, task_pk, message_pk)
         if setup is None:
             return
-        executor, request_context = setup
-        logger.info("Turn %s of task %s started (handler %s)", message_pk, task_pk, type(executor).__name__)
+        turn, executor, request_context = setup
+        queue = TurnEventQueue(turn)
+        if isinstance(executor, HandlerNotAvailable):
+            raise executor
+        logger.info(
+            "Turn %s of task %s started (handler %s, attempt %s)",
+            message_pk,
+            task_pk,
+            type(executor).__name__,
+            turn.attempt,
+        )
         execution = asyncio.ensure_future(executor.execute(request_context, queue))
-        watcher = asyncio.ensure_future(_wait_for_end(task_pk))
+        watcher = asyncio.ensure_future(_watch(turn))
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if not execution.done():
-            execution.cancel()
-            await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
-            # Give the executor its chance to clean up; its events are not stored.
-            cancel_given = True
-            await _cancel_agent(task_pk, executor, timeout=STOP_TIMEOUT)
-        else:
+        if execution.done():
             watcher.cancel()
             await asyncio.wait({watcher}, timeout=STOP_TIMEOUT)
             error = execution.exception()
             if error is not None and not isinstance(error, TurnAborted):
                 logger.warning("The agent of task %s raised in turn %s", task_pk, message_pk, exc_info=error)
+            # What the agent emitted last may still wait for its batch.
+            try:
+                await queue.flush()
+            except TurnAborted:
+                pass
+            except Exception as exc:
+                error = error or exc
+        else:
+            reason = watcher.result()
+            queue.close()
+            execution.cancel()
+            await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
+            if not execution.done():
+                logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
+            if reason == LOST:
+                lost = True
+                logger.warning(
+                    "Turn %s of task %s lost its lease; left to the worker that has it", message_pk, task_pk
+                )
+            elif reason == TIMED_OUT:
+                error = TurnTimedOut(f"the turn ran longer than the agent's limit of {turn.timeout:g} s")
+            else:
+                # Give the executor its chance to clean up; its events are not stored.
+                cancel_given = True
+                await _cancel_agent(task_pk, executor, timeout=STOP_TIMEOUT)
     except HandlerNotAvailable as exc:
         error = exc
     except Exception as exc:
         logger.exception("Turn %s of task %s crashed", message_pk, task_pk)
         error = exc
     finally:
-        if isinstance(error, TurnAborted):
-            error = None
-        canceled = await sync_to_async(turn_finish)(task_pk, message_pk, error)
-        if canceled and not cancel_given and not queue.ended_task:
-            # Canceled from outside while this turn was still running, but not
-            # stopped by the watcher: the execution had already returned (the
-            # task went input-required, say) or ran into the CANCELED state.
-            # task_cancel saw this turn running and left the agent's cancel()
-            # to it.
-            await _cancel_agent(task_pk, executor, timeout=AGENT_CANCEL_TIMEOUT)
-        logger.info("Turn %s of task %s ended", message_pk, task_pk)
+        if turn is not None and not lost and not (queue is not None and queue.finished):
+            if isinstance(error, TurnAborted):
+                error = None
+            canceled = await _retrying(turn_finish, task_pk, message_pk, error, attempt=turn.attempt)
+            if canceled and not cancel_given and not queue.ended_task:
+                # Canceled from outside while this turn was still running, but not
+                # stopped by the watcher: the execution had already returned (the
+                # task went input-required, say) or ran into the CANCELED state.
+                # task_cancel saw this turn running and left the agent's cancel()
+                # to it.
+                await _cancel_agent(task_pk, executor, timeout=AGENT_CANCEL_TIMEOUT)
+        if turn is not None:
+            logger.info("Turn %s of task %s ended", message_pk, task_pk)
 
 
+class TurnTimedOut(Exception):
+    pass
+
+
+async def _retrying(fn, *args, **kwargs):
+    """Run a database write, trying again while the database is unreachable (a restart)."""
+    deadline = time.monotonic() + DB_RETRY_FOR
+    delay = 0.1
+    while True:
+        try:
+            return await db(fn, *args, **kwargs)
+        except UNAVAILABLE_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            logger.warning("Database unavailable (%r); trying again in %.1f s", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+async def _watch(turn: Turn) -> str:
+    """Return why the turn must stop: canceled, lease lost, or out of time. Renews the lease meanwhile."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + turn.timeout
+    next_renewal = loop.time() + settings.A2A_TURN_HEARTBEAT
+    feed = Feed(turn.task_pk, group=cancel_group_name(turn.task_pk))
+    await feed.join()
+    try:
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                return TIMED_OUT
+            message = await feed.receive(timeout=max(min(next_renewal, deadline) - now, 0.01))
+            if message is not None and message.get("type") == "task.cancel":
+                return CANCELED
+            if loop.time() >= next_renewal:
+                try:
+                    status = await db(turn_renew, turn)
+                except UNAVAILABLE_ERRORS as exc:
+                    # The lease may lapse meanwhile; the next batch's check tells.
+                    logger.warning("Could not renew the lease of turn %s: %r", turn.message_pk, exc)
+                    status = None
+                if status is not None:
+                    return status
+                next_renewal = loop.time() + settings.A2A_TURN_HEARTBEAT
+    finally:
+        await feed.close()
+
+
+def turn_renew(turn: Turn) -> str | None:
+    """Extend the turn's lease. LOST if another attempt holds it, CANCELED if its task ended; else None."""
+    renewed = owned_turn(turn).update(lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE))
+    if not renewed:
+        return LOST
+    state = Task.objects.filter(pk=turn.task_pk).values_list("state", flat=True).first()
+    if state is None or state in TERMINAL_STATES:
+        return CANCELED
+    return None
+
+
+def owned_turn(turn: Turn):
+    return Message.objects.filter(pk=turn.message_pk, turn=Message.Turn.RUNNING, turn_attempts=turn.attempt)
+
+
+# --- Setting a turn up -----------------------------------------------------------
 def _prepare(task_pk, message_pk: int):
-    task = Task.objects.select_related("agent", "tenant", "context").get(pk=task_pk)
-    if task.is_terminal:
-        return None
+    task = Task.objects.select_related("agent", "tenant", "context", "status_message").get(pk=task_pk)
     user_message = Message.objects.get(pk=message_pk)
-    executor = build_executor(task.agent)
-    return executor, _request_context(task, user_message)
+    if user_message.turn != Message.Turn.RUNNING:
+        return None  # the sweeper took it back meanwhile
+    turn = Turn(
+        task_pk=str(task.pk),
+        message_pk=message_pk,
+        attempt=user_message.turn_attempts,
+        timeout=float(task.agent.turn_timeout),
+    )
+    if task.is_terminal:
+        owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+        return None
+    if turn.attempt > 1 and not _restart(turn):
+        return None
+    try:
+        executor = build_executor(task.agent)
+    except HandlerNotAvailable as exc:
+        return turn, exc, None
+    return turn, executor, _request_context(task, user_message)
+
+
+def _restart(turn: Turn) -> bool:
+    """Undo what a lost attempt of this turn wrote to its task, and log that the turn starts over."""
+    with transaction.atomic():
+        task = lock_task(turn.task_pk)
+        if not owned_turn(turn).exists() or task.is_terminal:
+            return False
+        # What the lost attempt said: every agent message after the turn's own.
+        later = Message.objects.filter(task=task, role=Message.Role.AGENT, pk__gt=turn.message_pk)
+        if task.status_message_id is not None and later.filter(pk=task.status_message_id).exists():
+            task.status_message = None
+        later.delete()
+        for artifact in Artifact.objects.filter(task=task, turn=turn.message_pk):
+            if artifact.turn_base is None:
+                artifact.delete()
+            else:
+                for name, value in artifact.turn_base.items():
+                    setattr(artifact, name, value)
+                artifact.turn, artifact.turn_base = None, None
+                artifact.save()
+        text = (
+            f"The turn restarted (attempt {turn.attempt} of {settings.A2A_TURN_MAX_ATTEMPTS}): "
+            "the worker running it was lost."
+        )
+        writer = _BatchWriter(task, turn)
+        writer.apply(
+            pb.TaskStatusUpdateEvent(
+                status=pb.TaskStatus(
+                    state=pb.TASK_STATE_WORKING,
+                    message=pb.Message(
+                        message_id=f"restart-{turn.message_pk}-{turn.attempt}",
+                        role=pb.ROLE_AGENT,
+                        parts=[pb.Part(text=text)],
+                    ),
+                )
+            )
+        )
+        writer.commit()
+    return True
 
 
 def _cancel_context(task_pk) -> RequestContext:
     """The RequestContext an agent's cancel() gets: the stored (CANCELED) task, its last user message."""
-    task = Task.objects.select_related("agent", "tenant", "context").get(pk=task_pk)
+    task = Task.objects.select_related("agent", "tenant", "context", "status_message").get(pk=task_pk)
     last_user_message = (
         Message.objects.filter(task=task, role=Message.Role.USER).order_by("-created_at", "-pk").first()
     )
     return _request_context(task, last_user_message)
 
 
+def _snapshot(task: Task) -> dict:
+    messages = list(task.messages.order_by("created_at", "pk"))
+    artifacts = list(task.artifacts.order_by("created_at", "pk"))
+    return task_dict(task, messages=messages, artifacts=artifacts)
+
+
 def _request_context(task: Task, user_message: Message | None) -> RequestContext:
-    snapshot = task_snapshot(task.pk)
-    current = ParseDict(snapshot, pb.Task(), ignore_unknown_fields=True)
+    current = ParseDict(_snapshot(task), pb.Task(), ignore_unknown_fields=True)
     request = None
     related = []
     if user_message is not None:
         message = ParseDict(message_dict(user_message, task.context.context_id), pb.Message())
         request = pb.SendMessageRequest(message=message)
-        related = [
-            ParseDict(task_snapshot(related_pk), pb.Task(), ignore_unknown_fields=True)
-            for related_pk in Task.objects.filter(
-                tenant=task.tenant, pk__in=_uuids(user_message.reference_task_ids)
-            ).values_list("pk", flat=True)
-        ]
+        related_pks = _uuids(user_message.reference_task_ids)
+        if related_pks:
+            related = [
+                ParseDict(_snapshot(related_task), pb.Task(), ignore_unknown_fields=True)
+                for related_task in Task.objects.filter(
+                    tenant=task.tenant, pk__in=related_pks
+                ).select_related("context", "status_message")
+            ]
     call_context = ServerCallContext(
         tenant=task.tenant.slug,
         state={
@@ -182,6 +366,331 @@ def _request_context(task: Task, user_message: Message | None) -> RequestContext
     )
 
 
+def _uuids(values: list[str]) -> list[str]:
+    return [str(u) for u in (parse_task_uuid(v) for v in values) if u is not None]
+
+
+# --- Events: batched, stored, published ----------------------------------------------
+def _settles(event) -> bool:
+    """Whether an event ends or interrupts its task: such a batch is written at once."""
+    if isinstance(event, pb.Message):
+        return True
+    if isinstance(event, pb.TaskStatusUpdateEvent | pb.Task):
+        state = PROTO_TO_STATE.get(event.status.state)
+        return state is not None and state not in (TaskState.SUBMITTED, TaskState.WORKING)
+    return False
+
+
+class TurnEventQueue(EventQueue):
+    """The queue an agent's execute() gets: events are stored in batches, then published.
+
+    enqueue_event returns at once for a progress event (it joins the open
+    batch) and only once the batch is stored for an event that ends or
+    interrupts the task, so an agent that returned has had its final word
+    stored, and a blocking caller is answered from the store.
+    """
+
+    def __init__(self, turn: Turn):
+        self.turn = turn
+        self.pending: list = []
+        self.lock = asyncio.Lock()
+        self.timer: asyncio.TimerHandle | None = None
+        self.background: asyncio.Task | None = None
+        # Set once one of the agent's own events ended the task.
+        self.ended_task = False
+        # Set once a batch closed the turn (a terminal state): nothing is left to finish.
+        self.finished = False
+        self.closed = False
+        self.error: BaseException | None = None
+
+    def close(self) -> None:
+        """No more events are taken: the turn was stopped."""
+        self.closed = True
+        self.pending.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    async def enqueue_event(self, event) -> None:
+        if self.closed:
+            raise TurnAborted()
+        if self.error is not None:
+            raise self.error
+        self.pending.append(event)
+        if _settles(event):
+            await self.flush()
+        elif self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(
+                settings.A2A_EVENT_FLUSH_DELAY, self._flush_soon
+            )
+
+    def _flush_soon(self) -> None:
+        self.timer = None
+        self.background = asyncio.ensure_future(self._flush_in_background())
+
+    async def _flush_in_background(self) -> None:
+        try:
+            await self.flush()
+        except TurnAborted:
+            pass
+        except Exception as exc:
+            # Raised into the agent at its next event, and fails the turn.
+            self.error = exc
+
+    async def flush(self) -> None:
+        async with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            batch, self.pending = self.pending, []
+            if not batch or self.closed:
+                if self.closed:
+                    raise TurnAborted()
+                return
+            stored = await _retrying(events_store, self.turn, batch)
+            if stored is None:
+                self.close()
+                raise TurnAborted()
+            if stored:
+                self.ended_task = True
+                self.finished = True
+
+
+def events_store(turn: Turn, batch: list) -> bool | None:
+    """Store a batch of the agent's events in one transaction.
+
+    None if the turn may write no more (its task ended, or another attempt
+    holds its lease); True if the batch ended the task (the turn is then done
+    too); False otherwise.
+    """
+    with transaction.atomic():
+        task = lock_task(turn.task_pk)
+        # Renews the lease too: a turn that stores events is alive.
+        owned = owned_turn(turn).update(
+            lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE)
+        )
+        if not owned or task.is_terminal:
+            return None
+        writer = _BatchWriter(task, turn)
+        for event in batch:
+            writer.apply(event)
+        writer.commit()
+        if task.is_terminal:
+            owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+            return True
+    return False
+
+
+class _BatchWriter:
+    """Applies events to a locked task in memory, then writes them with a handful of statements."""
+
+    def __init__(self, task: Task, turn: Turn):
+        self.task = task
+        self.turn = turn
+        self.entries: list[tuple[str, dict]] = []
+        self.messages: list[Message] = []
+        self.artifacts: dict[str, Artifact] = {}
+        self.changed_artifacts: dict[str, Artifact] = {}
+        self.fields = {"state", "status_message", "status_timestamp", "updated_at", "event_seq"}
+
+    def apply(self, event) -> None:
+        if isinstance(event, pb.TaskStatusUpdateEvent):
+            self._check_task_id(event.task_id)
+            metadata = proto_to_dict(event.metadata) if event.HasField("metadata") else None
+            self._status(event.status, metadata)
+        elif isinstance(event, pb.TaskArtifactUpdateEvent):
+            self._check_task_id(event.task_id)
+            self._artifact(event)
+        elif isinstance(event, pb.Message):
+            # A direct reply: the task it answers is done, the reply is its final word.
+            self._status(pb.TaskStatus(state=pb.TASK_STATE_COMPLETED, message=event), None)
+        elif isinstance(event, pb.Task):
+            self._check_task_id(event.id)
+            for artifact in event.artifacts:
+                self._artifact(pb.TaskArtifactUpdateEvent(artifact=artifact))
+            if event.status.state != pb.TASK_STATE_UNSPECIFIED:
+                self._status(event.status, None)
+        else:
+            raise InvalidAgentResponseError(message=f"Unknown event type {type(event).__name__}")
+
+    def _check_task_id(self, task_id: str) -> None:
+        if task_id and task_id != str(self.task.pk):
+            raise InvalidAgentResponseError(message=f"Event for task {task_id} sent on task {self.task.pk}")
+
+    def _status(self, status: pb.TaskStatus, metadata: dict | None) -> None:
+        state = PROTO_TO_STATE.get(status.state)
+        if state is None:
+            raise InvalidAgentResponseError(message="Status update without a valid state")
+        task = self.task
+        task.status_message = self._agent_message(status.message) if status.HasField("message") else None
+        task.state = state
+        task.status_timestamp = timezone.now()
+        if metadata:
+            # A status update's metadata is merged into the task's: the one place an
+            # executor can keep state across turns (the a2a_proxy agent keeps its
+            # remote task id here and reads it back from current_task.metadata).
+            task.metadata = {**task.metadata, **metadata}
+            self.fields.add("metadata")
+        self.entries.append((TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task, metadata)}))
+
+    def _agent_message(self, message: pb.Message) -> Message:
+        data = proto_to_dict(message)
+        stored = Message(
+            tenant_id=self.task.tenant_id,
+            task=self.task,
+            context=self.task.context,
+            message_id=message.message_id
+            or f"agent-{self.task.pk}-{self.task.event_seq + len(self.entries) + 1}",
+            role=Message.Role.AGENT,
+            parts=data.get("parts", []),
+            metadata=data.get("metadata", {}),
+            extensions=data.get("extensions", []),
+            reference_task_ids=data.get("referenceTaskIds", []),
+        )
+        self.messages.append(stored)
+        return stored
+
+    def _artifact(self, event: pb.TaskArtifactUpdateEvent) -> None:
+        artifact_id = event.artifact.artifact_id
+        if not artifact_id:
+            raise InvalidAgentResponseError(message="Artifact without an artifactId")
+        chunk = proto_to_dict(event.artifact)
+        stored = self._stored_artifact(artifact_id)
+        if stored.turn != self.turn.message_pk:
+            # The first change of this turn: remember what was there, for a re-run.
+            stored.turn_base = None if stored.pk is None else _artifact_state(stored)
+            stored.turn = self.turn.message_pk
+        existed = stored.pk is not None or artifact_id in self.changed_artifacts
+        if existed and event.append:
+            stored.parts = stored.parts + chunk.get("parts", [])
+            stored.chunk_count += 1
+            stored.metadata = {**stored.metadata, **chunk.get("metadata", {})}
+        else:
+            stored.parts = chunk.get("parts", [])
+            stored.chunk_count = 1
+            stored.metadata = chunk.get("metadata", {})
+            stored.name = chunk.get("name", "")
+            stored.description = chunk.get("description", "")
+            stored.extensions = chunk.get("extensions", [])
+        stored.complete = bool(event.last_chunk) or not event.append
+        self.changed_artifacts[artifact_id] = stored
+        update = {"taskId": str(self.task.pk), "contextId": self.task.context.context_id, "artifact": chunk}
+        if event.append:
+            update["append"] = True
+        if event.last_chunk:
+            update["lastChunk"] = True
+        if event.HasField("metadata"):
+            update["metadata"] = proto_to_dict(event.metadata)
+        self.entries.append((TaskEvent.Kind.ARTIFACT, {"artifactUpdate": update}))
+
+    def _stored_artifact(self, artifact_id: str) -> Artifact:
+        if artifact_id not in self.artifacts:
+            self.artifacts[artifact_id] = Artifact.objects.filter(
+                task=self.task, artifact_id=artifact_id
+            ).first() or Artifact(task=self.task, artifact_id=artifact_id)
+        return self.artifacts[artifact_id]
+
+    def commit(self) -> None:
+        """Write what apply() gathered: messages, artifacts, the log entries, the task row."""
+        task = self.task
+        if self.messages:
+            self._unique_message_ids()
+            Message.objects.bulk_create(self.messages)
+            if task.status_message is not None:
+                task.status_message_id = task.status_message.pk
+        for artifact in self.changed_artifacts.values():
+            artifact.save()
+        events = log_append(task, self.entries)
+        task.save(update_fields=sorted(self.fields))
+        push_deliveries_queue(task, events)
+
+    def _unique_message_ids(self) -> None:
+        # Agents sometimes reuse ids; such a message is kept under a fresh one.
+        taken = set(
+            Message.objects.filter(
+                tenant_id=self.task.tenant_id, message_id__in=[m.message_id for m in self.messages]
+            ).values_list("message_id", flat=True)
+        )
+        for index, message in enumerate(self.messages):
+            if message.message_id in taken:
+                message.message_id = f"{message.message_id}-{self.task.pk}-{self.task.event_seq + index + 1}"
+            taken.add(message.message_id)
+
+
+def _artifact_state(artifact: Artifact) -> dict:
+    return {
+        "parts": artifact.parts,
+        "metadata": artifact.metadata,
+        "name": artifact.name,
+        "description": artifact.description,
+        "extensions": artifact.extensions,
+        "chunk_count": artifact.chunk_count,
+        "complete": artifact.complete,
+    }
+
+
+def lock_task(task_pk) -> Task:
+    return (
+        Task.objects.select_for_update(of=("self",))
+        .select_related("context", "status_message")
+        .get(pk=task_pk)
+    )
+
+
+# --- Closing a turn ------------------------------------------------------------------
+def turn_finish(task_pk, message_pk: int, error: BaseException | None, *, attempt: int | None = None) -> bool:
+    """Close a turn. A task the agent left unsettled ends FAILED with the reason.
+
+    True if the task was CANCELED when the turn closed. The turn is marked done
+    while holding the task's lock, which task_cancel takes too: a cancel either
+    sees this turn running (and leaves the agent's cancel() to it) or done.
+    With an attempt, nothing happens if another attempt holds the turn now.
+    """
+    with transaction.atomic():
+        task = lock_task(task_pk)
+        closing = Message.objects.filter(pk=message_pk)
+        if attempt is not None:
+            closing = closing.filter(turn=Message.Turn.RUNNING, turn_attempts=attempt)
+        if not closing.update(turn=Message.Turn.DONE, lease_until=None):
+            return False
+        if task.is_terminal or task.is_interrupted:
+            return task.state == TaskState.CANCELED
+        if Message.objects.filter(task=task, role=Message.Role.USER, pk__gt=message_pk).exists():
+            # The agent asked, and the answer came before this turn closed: the
+            # task belongs to the answer's turn now, not to this one.
+            return False
+        if isinstance(error, TurnTimedOut):
+            reason = f"The turn was stopped: {error}."
+        elif error is not None:
+            reason = f"The agent failed: {error.__class__.__name__}: {error}"
+        else:
+            reason = "The agent ended its turn without reaching a final state."
+        task_fail(task, reason)
+    return False
+
+
+def task_fail(task: Task, reason: str) -> None:
+    """End a locked task FAILED, saying why (inside the caller's transaction)."""
+    writer = _BatchWriter(task, Turn(str(task.pk), 0, 0, 0.0))
+    writer.apply(
+        pb.TaskStatusUpdateEvent(
+            status=pb.TaskStatus(
+                state=pb.TASK_STATE_FAILED,
+                message=pb.Message(role=pb.ROLE_AGENT, parts=[pb.Part(text=reason)]),
+            )
+        )
+    )
+    writer.commit()
+
+
+# --- The agent's cancel() --------------------------------------------------------------
+class DiscardingEventQueue(EventQueue):
+    """Given to executor.cancel(): the task is already CANCELED in the store."""
+
+    async def enqueue_event(self, event) -> None:
+        return None
+
+
 def agent_cancel(*, task_id: str) -> None:
     """Give a task canceled while no turn ran its agent's cancel(), on a worker.
 
@@ -195,7 +704,7 @@ def agent_cancel(*, task_id: str) -> None:
     if state != TaskState.CANCELED:
         logger.warning("Agent cancel of task %s skipped: the task is %s, not canceled", task_id, state)
         return
-    async_to_sync(_cancel_agent)(task_id)
+    engine.run(_cancel_agent(task_id))
 
 
 def _build_executor_of(task_pk):
@@ -210,8 +719,8 @@ async def _cancel_agent(task_pk, executor=None, *, timeout: float = AGENT_CANCEL
     """
     try:
         if executor is None:
-            executor = await sync_to_async(_build_executor_of)(task_pk)
-        request_context = await sync_to_async(_cancel_context)(task_pk)
+            executor = await db(_build_executor_of, task_pk)
+        request_context = await db(_cancel_context, task_pk)
         # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
         async with asyncio.timeout(timeout):
             await executor.cancel(request_context, DiscardingEventQueue())
@@ -223,212 +732,3 @@ async def _cancel_agent(task_pk, executor=None, *, timeout: float = AGENT_CANCEL
         logger.warning("Agent cancel of task %s raised", task_pk, exc_info=True)
     else:
         logger.info("Agent cancel of task %s done (handler %s)", task_pk, type(executor).__name__)
-
-
-def _ends_task(event) -> bool:
-    """Whether an event the agent emitted puts its task in a terminal state."""
-    if isinstance(event, pb.Message):
-        return True  # a direct reply completes the task
-    if isinstance(event, pb.TaskStatusUpdateEvent | pb.Task):
-        return PROTO_TO_STATE.get(event.status.state) in TERMINAL_STATES
-    return False
-
-
-def _uuids(values: list[str]) -> list[str]:
-    from tasks_app.access import parse_task_uuid
-
-    return [str(u) for u in (parse_task_uuid(v) for v in values) if u is not None]
-
-
-async def _wait_for_end(task_pk) -> None:
-    """Return when the task is canceled (or otherwise ended) from outside."""
-    subscription = Subscription(task_pk)
-    # A channels_redis layer object receives on one event loop at a time ("Two
-    # event loops are trying to receive() on one channel layer at once!"), and
-    # each worker thread runs its turn on a loop of its own: two concurrent turns
-    # sharing the process-wide layer made one watcher crash, which aborted its
-    # turn. So each turn watches through a layer object of its own. The embedded
-    # in-process layer must stay shared (it is the only copy of the messages).
-    private_layer = not isinstance(subscription.layer, InMemoryChannelLayer)
-    if private_layer:
-        subscription.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
-    try:
-        async with subscription:
-            while True:
-                if await sync_to_async(_is_terminal)(task_pk):
-                    return
-                message = await subscription.receive(timeout=5.0)
-                if message is not None and message.get("type") == "task.cancel":
-                    return
-    finally:
-        if private_layer:
-            with suppress(Exception):
-                await subscription.layer.close_pools()
-
-
-def _is_terminal(task_pk) -> bool:
-    return Task.objects.get(pk=task_pk).is_terminal
-
-
-def _locked_task(task_pk) -> Task:
-    return (
-        Task.objects.select_for_update(of=("self",))
-        .select_related("context", "status_message")
-        .get(pk=task_pk)
-    )
-
-
-def event_apply(task_pk, event) -> bool:
-    """Apply one executor event to the stored task. False if the task has already ended."""
-    with transaction.atomic():
-        task = _locked_task(task_pk)
-        if task.is_terminal:
-            return False
-        if isinstance(event, pb.TaskStatusUpdateEvent):
-            _check_task_id(task, event.task_id)
-            _apply_status(
-                task,
-                event.status,
-                proto_to_dict(event.metadata) if event.HasField("metadata") else None,
-            )
-        elif isinstance(event, pb.TaskArtifactUpdateEvent):
-            _check_task_id(task, event.task_id)
-            _apply_artifact(task, event)
-        elif isinstance(event, pb.Message):
-            # A direct reply: the task it answers is done, the reply is its final word.
-            status = pb.TaskStatus(state=pb.TASK_STATE_COMPLETED, message=event)
-            _apply_status(task, status, None)
-        elif isinstance(event, pb.Task):
-            _check_task_id(task, event.id)
-            for artifact in event.artifacts:
-                _apply_artifact(task, pb.TaskArtifactUpdateEvent(artifact=artifact))
-            if event.status.state != pb.TASK_STATE_UNSPECIFIED:
-                _apply_status(task, event.status, None)
-        else:
-            raise InvalidAgentResponseError(message=f"Unknown event type {type(event).__name__}")
-    return True
-
-
-def _check_task_id(task: Task, task_id: str) -> None:
-    if task_id and task_id != str(task.pk):
-        raise InvalidAgentResponseError(message=f"Event for task {task_id} sent on task {task.pk}")
-
-
-def _apply_status(task: Task, status: pb.TaskStatus, metadata: dict | None) -> None:
-    state = PROTO_TO_STATE.get(status.state)
-    if state is None:
-        raise InvalidAgentResponseError(message="Status update without a valid state")
-    task.status_message = _store_agent_message(task, status.message) if status.HasField("message") else None
-    task.state = state
-    task.status_timestamp = timezone.now()
-    fields = ["state", "status_message", "status_timestamp", "updated_at"]
-    if metadata:
-        # A status update's metadata is merged into the task's: the one place an
-        # executor can keep state across turns (the a2a_proxy agent keeps its
-        # remote task id here and reads it back from current_task.metadata).
-        task.metadata = {**task.metadata, **metadata}
-        fields.append("metadata")
-    task.save(update_fields=fields)
-    event_append(task, TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task, metadata)})
-
-
-def _store_agent_message(task: Task, message: pb.Message) -> Message:
-    data = proto_to_dict(message)
-    fields = {
-        "tenant_id": task.tenant_id,
-        "task": task,
-        "context": task.context,
-        "role": Message.Role.AGENT,
-        "parts": data.get("parts", []),
-        "metadata": data.get("metadata", {}),
-        "extensions": data.get("extensions", []),
-        "reference_task_ids": data.get("referenceTaskIds", []),
-    }
-    message_id = message.message_id or f"agent-{task.pk}-{task.event_seq + 1}"
-    try:
-        with transaction.atomic():
-            return Message.objects.create(message_id=message_id, **fields)
-    except IntegrityError:
-        # Agents sometimes reuse ids; keep the message under a fresh one.
-        return Message.objects.create(message_id=f"{message_id}-{task.pk}-{task.event_seq + 1}", **fields)
-
-
-def _apply_artifact(task: Task, event: pb.TaskArtifactUpdateEvent) -> None:
-    if not event.artifact.artifact_id:
-        raise InvalidAgentResponseError(message="Artifact without an artifactId")
-    chunk = proto_to_dict(event.artifact)
-    stored = Artifact.objects.filter(task=task, artifact_id=event.artifact.artifact_id).first()
-    if stored is not None and event.append:
-        stored.parts = stored.parts + chunk.get("parts", [])
-        stored.chunk_count += 1
-        stored.metadata = {**stored.metadata, **chunk.get("metadata", {})}
-    else:
-        stored = stored or Artifact(task=task, artifact_id=event.artifact.artifact_id)
-        stored.parts = chunk.get("parts", [])
-        stored.chunk_count = 1
-        stored.metadata = chunk.get("metadata", {})
-        stored.name = chunk.get("name", "")
-        stored.description = chunk.get("description", "")
-        stored.extensions = chunk.get("extensions", [])
-    stored.complete = bool(event.last_chunk) or not event.append
-    stored.save()
-    update = {"taskId": str(task.pk), "contextId": task.context.context_id, "artifact": chunk}
-    if event.append:
-        update["append"] = True
-    if event.last_chunk:
-        update["lastChunk"] = True
-    if event.HasField("metadata"):
-        update["metadata"] = proto_to_dict(event.metadata)
-    event_append(task, TaskEvent.Kind.ARTIFACT, {"artifactUpdate": update})
-
-
-def turn_finish(task_pk, message_pk: int, error: BaseException | None) -> bool:
-    """Close a turn. A task the agent left unsettled ends FAILED with the reason.
-
-    True if the task was CANCELED when the turn closed. The turn is marked done
-    while holding the task's lock, which task_cancel takes too: a cancel either
-    sees this turn running (and leaves the agent's cancel() to it) or done.
-    """
-    with transaction.atomic():
-        task = _locked_task(task_pk)
-        Message.objects.filter(pk=message_pk).update(turn=Message.Turn.DONE)
-        if task.is_terminal or task.is_interrupted:
-            return task.state == TaskState.CANCELED
-        if Message.objects.filter(task=task, role=Message.Role.USER, pk__gt=message_pk).exists():
-            # The agent asked, and the answer came before this turn closed: the
-            # task belongs to the answer's turn now, not to this one.
-            return False
-        if error is not None:
-            reason = f"The agent failed: {error.__class__.__name__}: {error}"
-        else:
-            reason = "The agent ended its turn without reaching a final state."
-        status = pb.TaskStatus(
-            state=pb.TASK_STATE_FAILED,
-            message=pb.Message(role=pb.ROLE_AGENT, parts=[pb.Part(text=reason)]),
-        )
-        _apply_status(task, status, None)
-    return False
-
-
-def turn_sweep() -> dict:
-    """Re-dispatch turns a broker outage left queued; fail turns a dead worker left running."""
-    now = timezone.now()
-    stale_queued = Message.objects.filter(
-        turn=Message.Turn.PENDING,
-        created_at__lt=now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER),
-    ).values_list("pk", "task_id")
-    redispatched = 0
-    for message_pk, task_pk in stale_queued:
-        turn_dispatch(task_pk, message_pk)
-        redispatched += 1
-    lost = Message.objects.filter(
-        turn=Message.Turn.RUNNING,
-        turn_started_at__lt=now - timedelta(seconds=settings.A2A_TURN_LEASE),
-    ).values_list("pk", "task_id")
-    failed = 0
-    for message_pk, task_pk in lost:
-        if turn_finish(task_pk, message_pk, RuntimeError("the worker running this turn was lost")):
-            # Canceled while the lost turn "ran": nobody gave the agent its cancel() yet.
-            agent_cancel_dispatch(task_pk)
-        failed += 1
-    return {"redispatched": redispatched, "failed": failed}

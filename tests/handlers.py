@@ -24,3 +24,40 @@ class SilentExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         return None
+
+
+class StubbornExecutor(AgentExecutor):
+    """Works forever and swallows every cancellation it gets: only force stops it."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+
+        task = context.current_task
+        await TaskUpdater(event_queue, task.id, task.context_id).update_status(TaskState.TASK_STATE_WORKING)
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None
+
+
+class SleeperExecutor(AgentExecutor):
+    """Sleeps for the seconds its config names, then completes (turn time limits)."""
+
+    def __init__(self, config: dict | None = None):
+        self.seconds = float((config or {}).get("seconds", 5))
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+
+        task = context.current_task
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.update_status(TaskState.TASK_STATE_WORKING)
+        await asyncio.sleep(self.seconds)
+        await updater.update_status(TaskState.TASK_STATE_COMPLETED)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None

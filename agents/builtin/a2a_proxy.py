@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 # Where the remote ids live in the local task's metadata.
 METADATA_KEY = "a2aProxy"
 DEFAULT_TIMEOUT = 300.0
+# The longest a remote call may be allowed to take.
+LONGEST_TIMEOUT = 900
 CANCEL_TIMEOUT = 5.0
 SETTLED_STATES = {
     TaskState.TASK_STATE_COMPLETED,
@@ -150,10 +152,10 @@ class A2AProxyAgentExecutor(AgentExecutor):
         if url is not None and not isinstance(url, str):
             raise ConfigInvalid('"url" in the config must be a string, the http(s) URL of an A2A agent.')
         timeout = config.get("timeout", DEFAULT_TIMEOUT)
-        longest = settings.A2A_TURN_LEASE
+        longest = LONGEST_TIMEOUT
         number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
         if not (number and 1 <= timeout <= longest):
-            # Beyond the turn lease the sweeper would take the turn for lost.
+            # The agent's own turn time limit (Agent.turn_timeout) bounds it too.
             raise ConfigInvalid(f'"timeout" must be a number of seconds from 1 to {longest}.')
         try:
             target = remote_target(config)

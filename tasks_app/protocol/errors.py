@@ -1,7 +1,35 @@
 """A2A errors in the shapes each binding sends them."""
 
 from a2a.utils.error_handlers import build_error_details
-from a2a.utils.errors import A2A_ERROR_MAPPING, A2A_ERROR_REASONS, JSON_RPC_ERROR_CODE_MAP, A2AError
+from a2a.utils.errors import (
+    A2A_ERROR_MAPPING,
+    A2A_ERROR_REASONS,
+    JSON_RPC_ERROR_CODE_MAP,
+    A2AError,
+    InternalError,
+)
+
+# Seconds a client is told to wait before retrying when the store is unavailable.
+RETRY_AFTER_SECONDS = 5
+
+
+class StoreUnavailable(InternalError):
+    """The database could not be reached: nothing was stored. A system error (-32603, HTTP 503)."""
+
+    def __init__(self, message: str | None = None):
+        super().__init__(
+            message=message or "The task store (database) is unavailable; nothing was stored. Retry later."
+        )
+
+
+def unavailable_headers(error: A2AError) -> dict:
+    """Retry-After for a store outage, nothing for other errors."""
+    return {"Retry-After": str(RETRY_AFTER_SECONDS)} if isinstance(error, StoreUnavailable) else {}
+
+
+def jsonrpc_http_status(error: A2AError) -> int:
+    """JSON-RPC errors travel with HTTP 200, but for a store outage (503, as the spec's system errors)."""
+    return 503 if isinstance(error, StoreUnavailable) else 200
 
 
 def jsonrpc_error(error: A2AError) -> dict:
@@ -16,6 +44,8 @@ def rest_error(error: A2AError) -> tuple[int, dict]:
     """HTTP status and google.rpc.Status body for the HTTP+JSON binding."""
     mapping = A2A_ERROR_MAPPING.get(type(error))
     status, grpc_status = (mapping.http_code, mapping.grpc_status) if mapping else (500, "INTERNAL")
+    if isinstance(error, StoreUnavailable):
+        status, grpc_status = 503, "UNAVAILABLE"
     return status, {
         "error": {
             "code": status,

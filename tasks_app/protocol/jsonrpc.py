@@ -19,9 +19,15 @@ from django.views.decorators.csrf import csrf_exempt
 
 from agents.access import get_enabled_agent
 from agents.cards import public_base_url
+from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.protocol import legacy, operations
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
-from tasks_app.protocol.errors import jsonrpc_error
+from tasks_app.protocol.errors import (
+    StoreUnavailable,
+    jsonrpc_error,
+    jsonrpc_http_status,
+    unavailable_headers,
+)
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
 from tasks_app.protocol.validation import load_json, parse_request
@@ -61,7 +67,8 @@ def payload_too_large_message() -> str:
 
 
 def error_response(request_id, error: A2AError, status: int = 200) -> JsonResponse:
-    return JsonResponse({"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}, status=status)
+    body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
+    return JsonResponse(body, status=status, headers=unavailable_headers(error))
 
 
 def _request_id(body) -> str | int | None:
@@ -143,7 +150,10 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         result = await operation(call, params)
         return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
     except A2AError as error:
-        return error_response(request_id, error)
+        return error_response(request_id, error, jsonrpc_http_status(error))
+    except UNAVAILABLE_ERRORS as exc:
+        logger.warning("JSON-RPC request %r: the database is unavailable: %r", request_id, exc)
+        return error_response(request_id, StoreUnavailable(), 503)
     except Exception:
         logger.exception("Unhandled error in JSON-RPC request %r", request_id)
         return error_response(request_id, InternalError(message="Internal error"))

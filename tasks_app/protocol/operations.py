@@ -6,6 +6,7 @@ return the result as ProtoJSON; streaming ones return an async iterator of
 the first event still go back as a plain error response.
 """
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC
@@ -16,10 +17,14 @@ from asgiref.sync import sync_to_async
 
 from agents.cards import card_dict
 from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.convert import PROTO_TO_STATE
+from tasks_app.protocol.errors import StoreUnavailable
 from tasks_app.services import message_send, task_cancel, task_get, task_list, task_snapshot
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,17 +56,35 @@ def _check_tenant(call: Call, request) -> None:
 async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
     _check_tenant(call, request)
     history_length = _history_length(request)
-    outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
+    outcome = await _accept(call, request)
+    # Accepted means accepted: from here on the stored task is the answer,
+    # whatever the channel layer or the database does meanwhile.
     if not request.configuration.return_immediately:
-        await wait_until_settled(outcome.task.pk)
-    return {"task": await sync_to_async(task_snapshot)(outcome.task.pk, history_length=history_length)}
+        try:
+            await wait_until_settled(outcome.task.pk)
+        except UNAVAILABLE_ERRORS as exc:
+            logger.warning("Waiting for task %s: the database is unavailable (%r)", outcome.task.pk, exc)
+    try:
+        return {"task": await db(task_snapshot, outcome.task.pk, history_length=history_length)}
+    except UNAVAILABLE_ERRORS as exc:
+        logger.warning("Reading task %s: the database is unavailable (%r)", outcome.task.pk, exc)
+        return {"task": outcome.accepted}
+
+
+async def _accept(call: Call, request: pb.SendMessageRequest):
+    """Store the message (one transaction). A database that cannot be reached stored nothing: 503."""
+    try:
+        return await db(message_send, call.caller, request, client_task_id=call.client_task_id)
+    except UNAVAILABLE_ERRORS as exc:
+        logger.warning("SendMessage refused, the database is unavailable: %r", exc)
+        raise StoreUnavailable() from None
 
 
 async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> AsyncIterator:
     _check_tenant(call, request)
-    outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
+    outcome = await _accept(call, request)
     if call.last_event_id is not None:
-        log_end = await sync_to_async(_log_end)(outcome.task.pk)
+        log_end = await db(_log_end, outcome.task.pk)
         if call.last_event_id <= log_end:
             return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
         if outcome.duplicate:
@@ -76,17 +99,17 @@ async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> 
 
 async def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
     _check_tenant(call, request)
-    return await sync_to_async(task_get)(call.caller, request.id, history_length=_history_length(request))
+    return await db(task_get, call.caller, request.id, history_length=_history_length(request))
 
 
 async def cancel_task(call: Call, request: pb.CancelTaskRequest) -> dict:
     _check_tenant(call, request)
-    return await sync_to_async(task_cancel)(call.caller, request.id)
+    return await db(task_cancel, call.caller, request.id)
 
 
 async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> AsyncIterator:
     _check_tenant(call, request)
-    task = await sync_to_async(get_task_for_caller)(call.caller, request.id)
+    task = await db(get_task_for_caller, call.caller, request.id)
     if task is None:
         raise TaskNotFoundError()
     if call.last_event_id is not None:
@@ -124,7 +147,7 @@ async def _stream(
 ) -> AsyncIterator:
     if snapshot:
         # The spec wants the current Task first; its id is the log position it reflects.
-        after, first = await sync_to_async(_snapshot_with_seq)(task_pk)
+        after, first = await db(_snapshot_with_seq, task_pk)
         yield after, first
         state = payload_state(first)
         if state in TERMINAL_STATES or (state in INTERRUPTED_STATES and not wait_past_interruption):
@@ -152,7 +175,8 @@ async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
         if request.HasField("status_timestamp_after")
         else None
     )
-    return await sync_to_async(task_list)(
+    return await db(
+        task_list,
         call.caller,
         context_id=request.context_id,
         state=state,

@@ -22,9 +22,10 @@ from django.views.decorators.csrf import csrf_exempt
 
 from agents.access import get_enabled_agent
 from agents.cards import public_base_url
+from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
-from tasks_app.protocol.errors import rest_error
+from tasks_app.protocol.errors import StoreUnavailable, rest_error, unavailable_headers
 from tasks_app.protocol.jsonrpc import _is_json_content_type, check_version_1, payload_too_large_message
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id, sse_response
@@ -184,7 +185,11 @@ async def rest_endpoint(request, tenant: str, agent: str, rest: str):
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
         return error_response(InvalidRequestError(message=payload_too_large_message()), 413)
     except A2AError as error:
-        return error_response(error)
+        return error_response(error, headers=unavailable_headers(error) or None)
+    except UNAVAILABLE_ERRORS as exc:
+        logger.warning("REST request %s %s: the database is unavailable: %r", request.method, rest, exc)
+        error = StoreUnavailable()
+        return error_response(error, headers=unavailable_headers(error))
     except Exception:
         logger.exception("Unhandled error in REST request %s %s", request.method, rest)
         return error_response(InternalError(message="Internal error"))

@@ -110,7 +110,7 @@ def test_banner_names_the_real_database_and_worker_and_lines_up_the_agents(db_se
     else:
         assert database.endswith(f"SQLite {db_settings['NAME']}"), banner
         assert serving.endswith("(embedded default)"), banner
-    assert "Celery worker threads in this process" in workers and "no REDIS_URL" in workers, banner
+    assert "worker threads in this process" in workers and "no REDIS_URL" in workers, banner
     agents = [line for line in banner.splitlines() if line.startswith("  Agent ")]
     assert len(agents) >= 6
     columns = {line.index("http://") for line in agents}
@@ -138,5 +138,5 @@ def test_banner_descriptions_of_each_deployment():
         )
     with override_settings(EMBEDDED_WORKER=True, REDIS_URL=""):
         assert worker_description() == (
-            "Celery worker threads in this process; in-memory broker and channel layer (no REDIS_URL)"
+            "worker threads in this process; in-process job queue and channel layer (no REDIS_URL)"
         )

@@ -15,22 +15,7 @@ logger = logging.getLogger(__name__)
 
 
 def start_embedded_worker() -> None:
-    """Run Celery worker threads inside this process, fed by the in-memory broker."""
-    from celery.worker import WorkController
-
-    from a2a_platform.celery import app
-
-    worker = WorkController(
-        app=app,
-        pool="threads",
-        concurrency=settings.EMBEDDED_WORKER_THREADS,
-        hostname="embedded@localhost",
-        loglevel="WARNING",
-        without_heartbeat=True,
-        without_mingle=True,
-        without_gossip=True,
-    )
-    threading.Thread(target=worker.start, name="embedded-celery", daemon=True).start()
+    """Embedded default: jobs run on threads of this process (tasks_app/dispatch.py); start the sweeper."""
     threading.Thread(target=_sweep_forever, name="embedded-sweeper", daemon=True).start()
 
 
@@ -38,15 +23,20 @@ def _sweep_forever() -> None:
     from django.db import close_old_connections
 
     from tasks_app.push import push_sweep
-    from tasks_app.turns import turn_sweep
+    from tasks_app.sweeper import turn_sweep
 
     stop = threading.Event()
-    while not stop.wait(30):
+    push_every = 30.0
+    since_push = push_every
+    while not stop.wait(settings.A2A_SWEEP_INTERVAL):
+        since_push += settings.A2A_SWEEP_INTERVAL
         try:
             turn_sweep()
-            push_sweep()
+            if since_push >= push_every:
+                since_push = 0.0
+                push_sweep()
         except Exception:
-            logger.exception("Turn sweep failed")
+            logger.exception("Sweep failed")
         finally:
             close_old_connections()
 
@@ -67,7 +57,7 @@ def database_description() -> str:
 def worker_description() -> str:
     """Where agent turns run and how events travel, for the banner."""
     if settings.EMBEDDED_WORKER:
-        return "Celery worker threads in this process; in-memory broker and channel layer (no REDIS_URL)"
+        return "worker threads in this process; in-process job queue and channel layer (no REDIS_URL)"
     redis = urlsplit(settings.REDIS_URL)
     where = f"{redis.hostname}:{redis.port or 6379}" if redis.hostname else redis.path
     return f"separate Celery workers; broker and channel layer on Redis at {where}"

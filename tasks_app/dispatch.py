@@ -1,0 +1,80 @@
+"""Hand work to the workers: Celery over Redis in services mode, threads of this process embedded.
+
+Jobs are named, not imported (tasks_app.tasks imports the engine, which
+dispatches), and each job is the same Celery task body in both modes. A
+failure to hand a job over is logged and never raised: what is stored is
+found again by the sweeper.
+
+Embedded, a job runs on a thread of this process at once, with no broker to
+poll: that is what makes the default as fast as the services mode.
+"""
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from celery import current_app
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+RUN_TURN = "tasks_app.tasks.run_turn"
+CANCEL_AGENT = "tasks_app.tasks.cancel_agent"
+DELIVER_PUSH = "tasks_app.tasks.deliver_push"
+
+_embedded_pool: ThreadPoolExecutor | None = None
+_embedded_lock = threading.Lock()
+
+
+def _embedded() -> ThreadPoolExecutor:
+    global _embedded_pool
+    with _embedded_lock:
+        if _embedded_pool is None:
+            _embedded_pool = ThreadPoolExecutor(
+                max_workers=settings.EMBEDDED_WORKER_THREADS, thread_name_prefix="embedded-worker"
+            )
+        return _embedded_pool
+
+
+def _run_embedded(name: str, args: tuple) -> None:
+    from django.db import close_old_connections
+
+    close_old_connections()
+    try:
+        current_app.tasks[name].run(*args)
+    except Exception:
+        logger.exception("Job %s%r failed", name, args)
+    finally:
+        close_old_connections()
+
+
+def job_send(name: str, *args, countdown: float | None = None) -> bool:
+    """Queue one job; False (logged) if it could not be handed over."""
+    try:
+        if settings.EMBEDDED_WORKER:
+            if countdown:
+                timer = threading.Timer(countdown, lambda: _embedded().submit(_run_embedded, name, args))
+                timer.daemon = True
+                timer.start()
+            else:
+                _embedded().submit(_run_embedded, name, args)
+        else:
+            current_app.send_task(name, args=args, countdown=countdown)
+    except Exception:
+        logger.exception("Could not queue %s%r; the sweeper will retry", name, args)
+        return False
+    return True
+
+
+def turn_dispatch(task_pk, message_pk: int) -> bool:
+    """Hand a stored turn to the workers. A broker failure only delays it: the sweeper retries."""
+    return job_send(RUN_TURN, str(task_pk), message_pk)
+
+
+def agent_cancel_dispatch(task_pk) -> bool:
+    """Have a worker give a task canceled while no turn ran its agent's cancel().
+
+    A broker failure is only logged: the task is CANCELED already, the agent
+    misses its chance to let go of what it holds elsewhere.
+    """
+    return job_send(CANCEL_AGENT, str(task_pk))

@@ -1,0 +1,95 @@
+"""The sweeper: finds turns no worker will run and hands them out again.
+
+It runs every A2A_SWEEP_INTERVAL seconds, on the beat process in services
+mode and on a thread of `manage.py serve` embedded. Two kinds of turns:
+
+- running, with a lease nobody renewed for A2A_TURN_LEASE seconds: its worker
+  died. The turn goes back to the queue, to be run again from its input
+  (turns.py undoes what the lost attempt wrote), unless it has used its
+  A2A_TURN_MAX_ATTEMPTS: then its task ends FAILED, saying why.
+- queued, and not handed to the workers for A2A_TURN_REDISPATCH_AFTER
+  seconds: its job was lost with a broker outage or a killed worker's
+  prefetch. It is sent again; a job for a turn already claimed returns.
+
+Every change is a conditional UPDATE on what the sweep read, so two sweepers
+(or a sweeper and a worker) never both act on one turn.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
+from tasks_app.events import SETTLED_STATES
+from tasks_app.models import Message, TaskState
+from tasks_app.turns import Turn, lock_task, owned_turn, task_fail
+
+logger = logging.getLogger(__name__)
+
+# A sweep looks at this many turns of each kind at most; the next sweep takes the rest.
+SWEEP_BATCH = 500
+
+
+def turn_sweep() -> dict:
+    now = timezone.now()
+    requeued = failed = redispatched = 0
+    expired = Message.objects.filter(turn=Message.Turn.RUNNING, lease_until__lt=now).values_list(
+        "pk", "task_id", "turn_attempts", "task__state"
+    )[:SWEEP_BATCH]
+    for message_pk, task_pk, attempts, state in expired:
+        turn = Turn(task_pk=str(task_pk), message_pk=message_pk, attempt=attempts, timeout=0.0)
+        if state in SETTLED_STATES or attempts >= settings.A2A_TURN_MAX_ATTEMPTS:
+            # A task that ended or waits for an answer has nothing to run again.
+            if _give_up(turn, now) and state not in SETTLED_STATES:
+                failed += 1
+            continue
+        back = (
+            owned_turn(turn)
+            .filter(lease_until__lt=now)
+            .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now)
+        )
+        if back:
+            logger.warning(
+                "Turn %s of task %s lost its worker (attempt %s); running it again",
+                message_pk,
+                task_pk,
+                attempts,
+            )
+            turn_dispatch(task_pk, message_pk)
+            requeued += 1
+    quiet = now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER)
+    stale = (
+        Message.objects.filter(turn=Message.Turn.PENDING)
+        .filter(Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet))
+        .values_list("pk", "task_id")[:SWEEP_BATCH]
+    )
+    for message_pk, task_pk in stale:
+        if Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(dispatched_at=now):
+            turn_dispatch(task_pk, message_pk)
+            redispatched += 1
+    return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
+
+
+def _give_up(turn: Turn, now) -> bool:
+    """Close a lost turn that is not run again; its task ends FAILED if nothing else settled it."""
+    with transaction.atomic():
+        task = lock_task(turn.task_pk)
+        if not owned_turn(turn).filter(lease_until__lt=now).update(turn=Message.Turn.DONE, lease_until=None):
+            return False
+        canceled = task.state == TaskState.CANCELED
+        if not task.is_terminal and not task.is_interrupted:
+            task_fail(
+                task,
+                f"The turn was attempted {turn.attempt} times and the worker running it was lost each time.",
+            )
+            logger.warning(
+                "Turn %s of task %s failed after %s attempts", turn.message_pk, turn.task_pk, turn.attempt
+            )
+    if canceled:
+        # Canceled while the lost turn "ran": nobody gave the agent its cancel() yet.
+        transaction.on_commit(lambda: agent_cancel_dispatch(turn.task_pk))
+    return True

@@ -1,0 +1,137 @@
+"""SendMessage, a turn and GetTask each cost a fixed, small number of SQL statements.
+
+Counted with Django's query capture in this process, on the suite's database,
+inside a transaction that is rolled back (so nothing is dispatched), with
+savepoint statements left out: in production the same work runs in one
+transaction per step (accept; claim; prepare; one per batch of events).
+"""
+
+import asyncio
+import uuid
+
+import pytest
+from a2a.server.events import EventQueue
+from a2a.types import a2a_pb2 as pb
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.models import Agent
+from agents.registry import build_executor
+from tasks_app.access import Caller
+from tasks_app.models import Message
+from tasks_app.services import message_send, task_get
+from tasks_app.turns import _prepare, events_store, turn_claim
+
+# Context, task, message, the first log entry, and the messageId check.
+SEND_MAX = 6
+# Task, user message, history, artifacts.
+PREPARE_MAX = 5
+# Lock, lease, artifact lookup and write, the agent's messages, the log, the task, push configs, done.
+STORE_MAX = 11
+
+
+class Rollback(Exception):
+    pass
+
+
+class Collecting(EventQueue):
+    def __init__(self):
+        self.events = []
+
+    async def enqueue_event(self, event) -> None:
+        self.events.append(event)
+
+
+def _statements(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+
+
+def _caller() -> Caller:
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    return Caller(tenant=agent.tenant, agent=agent, principal=f"client:counting-{uuid.uuid4()}")
+
+
+def _send(caller: Caller, text: str = "count me", **message_fields):
+    message = pb.Message(message_id=str(uuid.uuid4()), role=pb.ROLE_USER, parts=[pb.Part(text=text)])
+    for name, value in message_fields.items():
+        setattr(message, name, value)
+    return message_send(caller, pb.SendMessageRequest(message=message))
+
+
+def _in_rollback(work):
+    try:
+        with transaction.atomic():
+            work()
+            raise Rollback()
+    except Rollback:
+        pass
+
+
+def test_send_message_stores_a_new_task_in_a_fixed_number_of_statements(stored):
+    caller = _caller()
+    counts = []
+
+    def work():
+        for _ in range(3):
+            with CaptureQueriesContext(connection) as queries:
+                _send(caller)
+            counts.append(len(_statements(queries)))
+
+    _in_rollback(work)
+    assert counts[0] <= SEND_MAX, counts
+    assert len(set(counts)) == 1, counts
+
+
+def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
+    caller = _caller()
+
+    def work():
+        outcome = _send(caller)
+        message_pk = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+        assert turn_claim(message_pk)
+        with CaptureQueriesContext(connection) as prepare:
+            turn, executor, context = _prepare(str(outcome.task.pk), message_pk)
+        queue = Collecting()
+        asyncio.run(build_executor(caller.agent).execute(context, queue))
+        # The echo agent's three events (WORKING, the artifact, COMPLETED) are one batch.
+        assert len(queue.events) == 3
+        with CaptureQueriesContext(connection) as store:
+            assert events_store(turn, queue.events) is True
+        assert len(_statements(prepare)) <= PREPARE_MAX, _statements(prepare)
+        assert len(_statements(store)) <= STORE_MAX, _statements(store)
+        stored_task = task_get(caller, str(outcome.task.pk))
+        assert stored_task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert [event.seq for event in outcome.task.events.order_by("seq")] == [1, 2, 3, 4]
+
+    _in_rollback(work)
+
+
+@pytest.mark.parametrize("history", [2, 1000])
+def test_get_task_costs_the_same_whatever_the_history(stored, history):
+    caller = _caller()
+    counts = {}
+
+    def work():
+        outcome = _send(caller)
+        now = timezone.now()
+        Message.objects.bulk_create(
+            Message(
+                tenant=caller.tenant,
+                task=outcome.task,
+                context=outcome.task.context,
+                message_id=f"bulk-{uuid.uuid4()}",
+                role=Message.Role.AGENT,
+                parts=[{"text": f"message {n}"}],
+                created_at=now,
+            )
+            for n in range(history - 1)
+        )
+        with CaptureQueriesContext(connection) as queries:
+            answer = task_get(caller, str(outcome.task.pk))
+        counts[history] = len(_statements(queries))
+        # historyLength unset: a bounded page of the newest messages.
+        assert len(answer["history"]) == min(history, 100)
+
+    _in_rollback(work)
+    assert counts[history] <= 4, counts

@@ -3,8 +3,8 @@ import json
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from a2a_platform.tenants.models import Tenant, slug_validator
 from agents.registry import ConfigInvalid, HandlerNotAvailable, available_handlers, validate_handler_config
+from tenants.models import Tenant, slug_validator
 
 
 class Agent(models.Model):

@@ -5,12 +5,9 @@ input never leaves anything behind; work for the worker is enqueued only after
 the transaction commits.
 """
 
-import base64
-import json
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
@@ -20,12 +17,11 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from django.db import IntegrityError, transaction
-from django.db.models import Prefetch, Q
 from django.utils import timezone
 
-from tasks_app.access import Caller, get_task_for_caller, tasks_visible_to
+from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.events import event_append, publish
-from tasks_app.models import Artifact, Context, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Context, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
@@ -45,18 +41,13 @@ class SendOutcome:
     duplicate: bool = False
 
 
-def message_send(
-    caller: Caller, request: pb.SendMessageRequest, *, client_task_id: str | None = None
-) -> SendOutcome:
+def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
     A message without taskId creates a task (in its contextId, or a new
     context); one with taskId continues an interrupted task. A messageId that
     was already accepted on this agent answers with the task it started, which
     makes retries safe.
-
-    client_task_id (draft-dialect tasks/send only) stores a new task under the
-    client's own id; an id another task of this agent holds raises IntegrityError.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -77,7 +68,7 @@ def message_send(
         if message.task_id:
             task, seq_before = _continue_task(caller, message, push_config)
         else:
-            task = _create_task(caller, message, push_config, client_task_id)
+            task = _create_task(caller, message, push_config)
             seq_before = 0
     return SendOutcome(task=task, seq_before=seq_before)
 
@@ -89,12 +80,7 @@ def _resend_outcome(caller: Caller, previous: Message) -> SendOutcome:
     return SendOutcome(task=task, seq_before=0, duplicate=True)
 
 
-def _create_task(
-    caller: Caller,
-    message: pb.Message,
-    push_config: PushConfigInput | None = None,
-    client_task_id: str | None = None,
-) -> Task:
+def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None) -> Task:
     context_id = message.context_id or str(uuid.uuid4())
     context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=context_id)
     now = timezone.now()
@@ -105,7 +91,6 @@ def _create_task(
         state=TaskState.SUBMITTED,
         status_timestamp=now,
         owner=caller.principal,
-        client_task_id=client_task_id,
     )
     if push_config is not None:
         # Stored before the first event, so the webhook gets the Task itself too.
@@ -246,68 +231,3 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         if not turn_running:
             transaction.on_commit(lambda: agent_cancel_dispatch(task_pk))
     return task_snapshot(task_pk)
-
-
-def _page_token(task: Task) -> str:
-    raw = json.dumps({"ts": task.status_timestamp.isoformat(), "id": str(task.pk)})
-    return base64.urlsafe_b64encode(raw.encode()).decode()
-
-
-def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return datetime.fromisoformat(data["ts"]), uuid.UUID(data["id"])
-    except (ValueError, KeyError, TypeError):
-        raise InvalidParamsError(message="pageToken is not one this server issued") from None
-
-
-def task_list(
-    caller: Caller,
-    *,
-    context_id: str = "",
-    state: str | None = None,
-    status_after: datetime | None = None,
-    page_size: int = 50,
-    page_token: str = "",
-    history_length: int | None = None,
-    include_artifacts: bool = False,
-) -> dict:
-    """ListTasks: the caller's tasks, newest status first, in keyset pages.
-
-    A fixed number of queries whatever the page size: count, page, and one
-    prefetch each for messages and artifacts.
-    """
-    tasks = tasks_visible_to(caller)
-    if context_id:
-        tasks = tasks.filter(context__context_id=context_id)
-    if state:
-        tasks = tasks.filter(state=state)
-    if status_after:
-        tasks = tasks.filter(status_timestamp__gte=status_after)
-    total = tasks.count()
-    if page_token:
-        after_ts, after_id = _parse_page_token(page_token)
-        tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))
-    tasks = tasks.select_related("context", "status_message").order_by("-status_timestamp", "-pk")
-    prefetch = []
-    if history_length != 0:
-        prefetch.append(Prefetch("messages", queryset=Message.objects.order_by("created_at", "pk")))
-    if include_artifacts:
-        prefetch.append(Prefetch("artifacts", queryset=Artifact.objects.order_by("created_at", "pk")))
-    page = list(tasks.prefetch_related(*prefetch)[: page_size + 1])
-    more = len(page) > page_size
-    page = page[:page_size]
-    return {
-        "tasks": [
-            task_dict(
-                task,
-                messages=list(task.messages.all()) if history_length != 0 else None,
-                artifacts=list(task.artifacts.all()) if include_artifacts else None,
-                history_length=history_length,
-            )
-            for task in page
-        ],
-        "nextPageToken": _page_token(page[-1]) if more else "",
-        "pageSize": page_size,
-        "totalSize": total,
-    }

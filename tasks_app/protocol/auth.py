@@ -12,10 +12,10 @@ Three kinds of callers, checked in this order:
 
 from rest_framework.authentication import CSRFCheck
 
-from a2a_platform.oauth import bearer_token_verify, has_bearer_header
-from a2a_platform.tenants.models import Membership
 from agents.models import Agent
 from tasks_app.access import Caller
+from tenants.models import Membership
+from tenants.oauth import bearer_token_verify, has_bearer_header
 
 # Which OAuth2 scope each A2A 1.0 operation needs.
 METHOD_SCOPES = {

@@ -19,7 +19,8 @@ from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.events import follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.convert import PROTO_TO_STATE
-from tasks_app.services import message_send, task_cancel, task_get, task_list, task_snapshot
+from tasks_app.selectors import task_list
+from tasks_app.services import message_send, task_cancel, task_get, task_snapshot
 
 
 @dataclass
@@ -29,8 +30,6 @@ class Call:
     last_event_id: int | None = None
     # Scheme, host and port for URLs in answers (the extended card).
     base_url: str = ""
-    # Draft dialect only: a new task is stored under the client's own id.
-    client_task_id: str | None = None
 
 
 def _history_length(request) -> int | None:
@@ -48,18 +47,22 @@ def _check_tenant(call: Call, request) -> None:
         raise InvalidParamsError(message=f"tenant '{tenant}' does not match this endpoint's tenant")
 
 
-async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
+async def send_message(call: Call, request: pb.SendMessageRequest, *, send=message_send) -> dict:
+    """SendMessage. `send` stores the message: message_send, or a dialect's wrapper around it."""
     _check_tenant(call, request)
     history_length = _history_length(request)
-    outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
+    outcome = await sync_to_async(send)(call.caller, request)
     if not request.configuration.return_immediately:
         await wait_until_settled(outcome.task.pk)
     return {"task": await sync_to_async(task_snapshot)(outcome.task.pk, history_length=history_length)}
 
 
-async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> AsyncIterator:
+async def send_streaming_message(
+    call: Call, request: pb.SendMessageRequest, *, send=message_send
+) -> AsyncIterator:
+    """SendStreamingMessage; `send` as for send_message."""
     _check_tenant(call, request)
-    outcome = await sync_to_async(message_send)(call.caller, request, client_task_id=call.client_task_id)
+    outcome = await sync_to_async(send)(call.caller, request)
     if call.last_event_id is not None:
         log_end = await sync_to_async(_log_end)(outcome.task.pk)
         if call.last_event_id <= log_end:

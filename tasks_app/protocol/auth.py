@@ -10,6 +10,7 @@ Three kinds of callers, checked in this order:
   as in the SDK).
 """
 
+from a2a.utils.errors import InvalidParamsError
 from rest_framework.authentication import CSRFCheck
 
 from agents.models import Agent
@@ -59,6 +60,13 @@ class CallerForbidden(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+def check_tenant(call, request) -> None:
+    """A request that names a tenant (the 1.0 `tenant` field) must name the endpoint's own."""
+    tenant = getattr(request, "tenant", "")
+    if tenant and tenant != call.caller.tenant.slug:
+        raise InvalidParamsError(message=f"tenant '{tenant}' does not match this endpoint's tenant")
 
 
 def www_authenticate(agent: Agent, error: str | None = None) -> str:

@@ -18,6 +18,7 @@ from agents.cards import card_dict
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.events import follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
+from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.selectors import task_list
 from tasks_app.services import message_send, task_cancel, task_get, task_snapshot
@@ -41,15 +42,9 @@ def _history_length(request) -> int | None:
     return holder.history_length
 
 
-def _check_tenant(call: Call, request) -> None:
-    tenant = getattr(request, "tenant", "")
-    if tenant and tenant != call.caller.tenant.slug:
-        raise InvalidParamsError(message=f"tenant '{tenant}' does not match this endpoint's tenant")
-
-
 async def send_message(call: Call, request: pb.SendMessageRequest, *, send=message_send) -> dict:
     """SendMessage. `send` stores the message: message_send, or a dialect's wrapper around it."""
-    _check_tenant(call, request)
+    check_tenant(call, request)
     history_length = _history_length(request)
     outcome = await sync_to_async(send)(call.caller, request)
     if not request.configuration.return_immediately:
@@ -61,7 +56,7 @@ async def send_streaming_message(
     call: Call, request: pb.SendMessageRequest, *, send=message_send
 ) -> AsyncIterator:
     """SendStreamingMessage; `send` as for send_message."""
-    _check_tenant(call, request)
+    check_tenant(call, request)
     outcome = await sync_to_async(send)(call.caller, request)
     if call.last_event_id is not None:
         log_end = await sync_to_async(_log_end)(outcome.task.pk)
@@ -78,17 +73,17 @@ async def send_streaming_message(
 
 
 async def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await sync_to_async(task_get)(call.caller, request.id, history_length=_history_length(request))
 
 
 async def cancel_task(call: Call, request: pb.CancelTaskRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await sync_to_async(task_cancel)(call.caller, request.id)
 
 
 async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> AsyncIterator:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     task = await sync_to_async(get_task_for_caller)(call.caller, request.id)
     if task is None:
         raise TaskNotFoundError()
@@ -141,7 +136,7 @@ DEFAULT_PAGE_SIZE = 50
 
 
 async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
     if page_size < 1 or page_size > MAX_PAGE_SIZE:
         raise InvalidParamsError(message=f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
@@ -168,7 +163,7 @@ async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
 
 
 async def get_extended_agent_card(call: Call, request: pb.GetExtendedAgentCardRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     agent = call.caller.agent
     if agent.is_public:
         raise UnsupportedOperationError(message="This agent declares no extended agent card")

@@ -75,11 +75,13 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "a2a_platform.tenants",
+    "tenants",
     "oauth2_provider",
     "agents",
     "tasks_app",
     "a2a_platform.console",
+    # The project package itself: its commands (serve, seed_demo) use every app below it.
+    "a2a_platform",
 ]
 
 MIDDLEWARE = [
@@ -267,7 +269,7 @@ OAUTH2_PROVIDER = {
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_TOKEN_TTL", 3600),
     "PKCE_REQUIRED": True,
     # Clients get only their tenant's allowed scopes; interactive tokens only go to tenant members.
-    "OAUTH2_VALIDATOR_CLASS": "a2a_platform.oauth.TenantOAuth2Validator",
+    "OAUTH2_VALIDATOR_CLASS": "tenants.oauth.TenantOAuth2Validator",
     # Store only checksums of tokens (RFC 9700): a database dump holds no usable bearer token.
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
     # S256 only; "plain" PKCE protects nothing against an intercepted code.

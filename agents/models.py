@@ -4,8 +4,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from a2a_platform.tenants.models import Tenant, slug_validator
 from agents.registry import ConfigInvalid, HandlerNotAvailable, available_handlers, validate_handler_config
+from tenants.models import Tenant, slug_validator
 
 # A day: the longest a single turn may hold a worker.
 MAX_TURN_TIMEOUT = 86400

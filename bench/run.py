@@ -1,14 +1,23 @@
-"""Side-by-side benchmark: the platform's echo agent against the official a2a-sdk server.
+"""Side-by-side benchmark: the platform's echo agent against the official a2a-sdk 1.3 server.
 
-    make bench                                  # embedded default (SQLite, in-process worker)
-    .venv/bin/python bench/run.py --mode services   # Daphne + Celery worker, PostgreSQL + Redis
-    .venv/bin/python bench/run.py -n 100 -c 4 --rounds 2
+    .venv/bin/python bench/run.py --quick              # < 1 min: blocking send, c=1 and 8, 3 servers
+    .venv/bin/python bench/run.py                      # every scenario at c=1, 8, 32, both modes
+    .venv/bin/python bench/run.py --mode services --list-scale   # + ListTasks at 1k/100k/1M tasks
+    .venv/bin/python bench/run.py --json var/bench/today.json
 
-Both servers run behind Daphne on loopback. The same client code (httpx) drives
-both, and every workload is split into rounds that alternate between the two
-servers (A B, then B A, ...), so a burst of noise from other work on the machine
-hits both. Figures are reported as ratios platform/baseline from this one run;
-absolute numbers from a shared machine mean little on their own. See bench/README.md.
+Servers, all on loopback, all behind Daphne, started the way tests/live.py starts them:
+
+    platform-services   Daphne + a separate Celery worker, PostgreSQL + Redis (db 5)
+    platform-embedded   `manage.py serve` (Daphne + worker threads), SQLite
+    sdk-memory          bench/sdk_echo_server.py on the SDK's InMemoryTaskStore
+    sdk-postgres        the same on the SDK's DatabaseTaskStore, same PostgreSQL, its own database
+
+One closed-loop httpx client (c workers, one connection each) drives every server.
+Each (scenario, concurrency) is split into rounds; every round gives each server
+the same time slice, in an order that rotates and reverses from round to round,
+so a burst of noise from elsewhere hits all servers alike. Any bad answer
+(non-200, JSON-RPC error, an echo task that does not end COMPLETED, a timeout)
+is counted in `bad` and makes the run invalid (exit status 1). See bench/README.md.
 """
 
 import argparse
@@ -17,11 +26,14 @@ import json
 import os
 import platform as host_platform
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,15 +56,32 @@ from tests.live import (  # noqa: E402
 
 OUT_DIR = ROOT / "var" / "bench"
 HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
-TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
-BENCH_DB = "a2a_bench"
-# Generous per-request timeout: a request that takes this long is an error, not a data point.
+COMPLETED = "TASK_STATE_COMPLETED"
+TERMINAL = {COMPLETED, "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
+# A request that takes this long is a bad answer, not a data point.
 REQUEST_TIMEOUT = 30.0
+PID = os.getpid()
+PLATFORM_DB = f"a2a_bench_{PID}"
+SDK_DB = f"a2a_bench_sdk_{PID}"
+PLATFORM_TASK_TABLE = "tasks_app_task"
+SDK_TASK_TABLE = "tasks"
+
+SERVICES, EMBEDDED, SDK_MEMORY, SDK_POSTGRES = (
+    "platform-services",
+    "platform-embedded",
+    "sdk-memory",
+    "sdk-postgres",
+)
+BASELINES = (SDK_MEMORY, SDK_POSTGRES)
+BASIC_SCENARIOS = ("send", "send_ri", "stream", "get")
+LIST_PAGE_SIZE = 50
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 # --- Processes ------------------------------------------------------------------
-# Started the way the test suite starts them (tests/live.py), so both measure and
-# test the same thing.
 
 
 @dataclass
@@ -61,25 +90,44 @@ class Server:
     rpc_url: str
     ready_url: str
     procs: list[Process] = field(default_factory=list)
+    # How to reach its storage, for bulk loads: ("postgres", dbname) or ("sqlite", path).
+    storage: tuple[str, str] | None = None
+    task_id: str = ""  # one COMPLETED task, for GetTask
+    last_ri_task: str = ""  # the last task a returnImmediately send accepted
+    clients: list[httpx.AsyncClient] = field(default_factory=list)
 
 
 def run_checked(args: list[str], env: dict, what: str) -> None:
-    result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
 
 
-def start_baseline(log_dir: Path) -> Server:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "BENCH_SDK_URL": url}
-    proc = spawn("sdk-baseline", daphne_args(port, "bench.sdk_echo_server:app"), env, log_dir)
-    server = Server("sdk", rpc_url=f"{url}/", ready_url=f"{url}/.well-known/agent-card.json", procs=[proc])
-    wait_until(lambda: http_ok(server.ready_url), "the SDK baseline to serve", [proc])
-    return server
+def postgres_url(args, dbname: str) -> str:
+    return f"{args.postgres_url.rstrip('/')}/{dbname}"
 
 
-def platform_env(args, var_dir: Path) -> dict[str, str]:
+def pg_connect(args, dbname: str = "postgres"):
+    import psycopg
+
+    return psycopg.connect(postgres_url(args, dbname), autocommit=True)
+
+
+def create_database(args, name: str) -> None:
+    with pg_connect(args) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+
+
+def drop_database(args, name: str) -> None:
+    try:
+        with pg_connect(args) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    except Exception as exc:  # the report matters more than the cleanup
+        log(f"warning: could not drop database {name}: {exc}")
+
+
+def platform_env(args, mode: str, var_dir: Path) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
@@ -92,419 +140,639 @@ def platform_env(args, var_dir: Path) -> dict[str, str]:
             SECRET_KEY=f"bench-only-{uuid.uuid4().hex}{uuid.uuid4().hex}",
             ALLOWED_HOSTS="127.0.0.1,localhost",
         )
-    if args.mode == "services":
+    if mode == "services":
         env.update(
-            DATABASE_URL=f"{args.postgres_url.rstrip('/')}/{BENCH_DB}",
+            DATABASE_URL=postgres_url(args, PLATFORM_DB),
             REDIS_URL=args.redis_url,
-            CELERY_QUEUE=f"a2a-bench-{os.getpid()}",
+            CELERY_QUEUE=f"a2a-bench-{PID}",
         )
     return env
 
 
-def postgres_admin(args, statement: str, params: tuple = ()):
-    import psycopg
-
-    with psycopg.connect(f"{args.postgres_url.rstrip('/')}/postgres", autocommit=True) as conn:
-        return conn.execute(statement, params).fetchone() if params else conn.execute(statement)
-
-
-def postgres_sessions(args) -> int | None:
-    """Connections ever opened to the bench database (PostgreSQL 14+), to spot per-request connects."""
-    try:
-        row = postgres_admin(args, "SELECT sessions FROM pg_stat_database WHERE datname = %s", (BENCH_DB,))
-    except Exception:
-        return None
-    return row[0] if row else None
-
-
-def start_platform(args, var_dir: Path, log_dir: Path) -> Server:
-    env = platform_env(args, var_dir)
-    if args.mode == "services":
-        postgres_admin(args, f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        postgres_admin(args, f"CREATE DATABASE {BENCH_DB}")
+def prepare_platform(args, mode: str, var_dir: Path) -> dict[str, str]:
+    """Fresh database, migrated and seeded (demo tenant, public echo agent), as tests/live.py does."""
+    var_dir.mkdir(parents=True, exist_ok=True)
+    env = platform_env(args, mode, var_dir)
+    if mode == "services":
+        create_database(args, PLATFORM_DB)
     manage = [sys.executable, "manage.py"]
-    run_checked([*manage, "migrate", "--verbosity", "0", "--no-input"], env, "migrate")
-    run_checked([*manage, "seed_demo"], env, "seed_demo")
+    run_checked([*manage, "migrate", "--verbosity", "0", "--no-input"], env, f"migrate ({mode})")
+    run_checked([*manage, "seed_demo"], env, f"seed_demo ({mode})")
+    return env
+
+
+def start_platform(mode: str, env: dict, log_dir: Path) -> Server:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     procs: list[Process] = []
-    if args.mode == "services":
+    if mode == "services":
         procs.append(spawn("platform-web", daphne_args(port, "a2a_platform.asgi:application"), env, log_dir))
         procs.append(start_celery_worker("platform-worker", env, log_dir))
+        storage = ("postgres", PLATFORM_DB)
     else:
-        procs.append(spawn("platform", [*manage, "serve", "--port", str(port), "--no-seed"], env, log_dir))
-    server = Server("platform", rpc_url=f"{base}/a2a/demo/echo/", ready_url=f"{base}/readyz", procs=procs)
-    wait_until(lambda: http_ok(server.ready_url), "the platform to serve", procs)
+        manage = [sys.executable, "manage.py"]
+        procs.append(
+            spawn("platform-embedded", [*manage, "serve", "--port", str(port), "--no-seed"], env, log_dir)
+        )
+        storage = ("sqlite", str(Path(env["A2A_VAR_DIR"]) / "db.sqlite3"))
+    label = SERVICES if mode == "services" else EMBEDDED
+    server = Server(label, f"{base}/a2a/demo/echo/", f"{base}/readyz", procs, storage)
+    wait_until(lambda: http_ok(server.ready_url), f"{label} to serve", procs)
     return server
 
 
-# --- Client workloads -------------------------------------------------------------
+def start_sdk(args, store: str, log_dir: Path) -> Server:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "BENCH_SDK_URL": url, "BENCH_SDK_STORE": store}
+    label, storage = SDK_MEMORY, None
+    if store == "sql":
+        env["BENCH_SDK_DB_URL"] = postgres_url(args, SDK_DB).replace(
+            "postgres://", "postgresql+asyncpg://", 1
+        )
+        label, storage = SDK_POSTGRES, ("postgres", SDK_DB)
+    proc = spawn(label, daphne_args(port, "bench.sdk_echo_server:app"), env, log_dir)
+    server = Server(label, f"{url}/", f"{url}/.well-known/agent-card.json", [proc], storage)
+    wait_until(lambda: http_ok(server.ready_url), f"{label} to serve", [proc])
+    return server
+
+
+def start_servers(args, work_dir: Path, servers: list[Server]) -> None:
+    """Starts the chosen servers; appends each to `servers` as soon as it runs (for cleanup)."""
+    modes = {"services": ["services"], "embedded": ["embedded"], "both": ["services", "embedded"]}[args.mode]
+    if args.sdk_postgres:
+        create_database(args, SDK_DB)
+    # Migrations are the slow part of starting: run them side by side.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        envs = {mode: pool.submit(prepare_platform, args, mode, work_dir / f"var-{mode}") for mode in modes}
+        servers.append(start_sdk(args, "memory", work_dir))
+        if args.sdk_postgres:
+            servers.append(start_sdk(args, "sql", work_dir))
+        for mode in modes:
+            servers.append(start_platform(mode, envs[mode].result(), work_dir))
+
+
+# --- Requests ---------------------------------------------------------------------
+
+
+class Bad(Exception):
+    """A bad answer: counted in `bad`, never a data point."""
 
 
 def rpc_body(method: str, params: dict) -> dict:
-    return {"jsonrpc": "2.0", "id": f"req-{uuid.uuid4().hex[:8]}", "method": method, "params": params}
+    return {"jsonrpc": "2.0", "id": uuid.uuid4().hex[:12], "method": method, "params": params}
 
 
-def send_params(text: str = "hi") -> dict:
-    return {"message": {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": text}]}}
+def send_params(return_immediately: bool = False) -> dict:
+    params = {"message": {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": "hi"}]}}
+    if return_immediately:
+        params["configuration"] = {"returnImmediately": True}
+    return params
 
 
-class BenchError(Exception):
-    pass
-
-
-def task_of(payload: dict) -> dict:
+async def rpc(client: httpx.AsyncClient, url: str, method: str, params: dict) -> dict:
+    response = await client.post(url, json=rpc_body(method, params), headers=HEADERS)
+    if response.status_code != 200:
+        raise Bad(f"HTTP {response.status_code}: {response.text[:200]}")
+    payload = response.json()
     if "error" in payload:
-        raise BenchError(f"JSON-RPC error: {payload['error']}")
-    result = payload.get("result") or {}
-    return result.get("task", result)
+        raise Bad(f"JSON-RPC error: {payload['error']}")
+    return payload.get("result") or {}
 
 
-async def send_message(client: httpx.AsyncClient, url: str) -> dict:
-    response = await client.post(url, json=rpc_body("SendMessage", send_params()), headers=HEADERS)
-    response.raise_for_status()
-    task = task_of(response.json())
-    state = task.get("status", {}).get("state")
-    if state != "TASK_STATE_COMPLETED" or not task.get("artifacts"):
-        raise BenchError(f"SendMessage ended in {state!r}, artifacts={bool(task.get('artifacts'))}")
-    return task
+def state_of(task: dict) -> str | None:
+    return (task.get("status") or {}).get("state")
 
 
-async def stream_message(client: httpx.AsyncClient, url: str) -> float:
-    """Seconds from sending to the terminal status event; reads the stream to its end."""
+async def op_send(client, server: Server) -> None:
+    task = (await rpc(client, server.rpc_url, "SendMessage", send_params())).get("task") or {}
+    if state_of(task) != COMPLETED or not task.get("artifacts"):
+        raise Bad(f"SendMessage ended in {state_of(task)!r}, artifacts: {bool(task.get('artifacts'))}")
+    server.task_id = task["id"]
+
+
+async def op_send_ri(client, server: Server) -> None:
+    task = (await rpc(client, server.rpc_url, "SendMessage", send_params(True))).get("task") or {}
+    if not task.get("id") or state_of(task) not in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", COMPLETED):
+        raise Bad(f"returnImmediately SendMessage answered {state_of(task)!r}")
+    server.last_ri_task = task["id"]
+
+
+async def op_stream(client, server: Server) -> tuple[float, float]:
+    """(seconds to the first event, seconds to the final event); reads the stream to its end."""
     started = time.perf_counter()
-    last_event = None
-    events = 0
+    first = final = None
     body = rpc_body("SendStreamingMessage", send_params())
-    async with client.stream("POST", url, json=body, headers=HEADERS) as response:
-        response.raise_for_status()
+    async with client.stream("POST", server.rpc_url, json=body, headers=HEADERS) as response:
+        if response.status_code != 200:
+            raise Bad(f"HTTP {response.status_code}")
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
-            events += 1
+            now = time.perf_counter()
+            first = first or now
             payload = json.loads(line[5:])
             if "error" in payload:
-                raise BenchError(f"stream error: {payload['error']}")
-            result = payload.get("result", {})
-            state = (result.get("statusUpdate") or result.get("task") or {}).get("status", {}).get("state")
+                raise Bad(f"stream error: {payload['error']}")
+            result = payload.get("result") or {}
+            state = state_of(result.get("statusUpdate") or result.get("task") or {})
             if state in TERMINAL:
-                if state != "TASK_STATE_COMPLETED":
-                    raise BenchError(f"stream ended in {state}")
-                last_event = time.perf_counter()
-    if last_event is None:
-        raise BenchError(f"stream closed after {events} events without a terminal status")
-    return last_event - started
+                if state != COMPLETED:
+                    raise Bad(f"stream ended in {state}")
+                final = now
+    if final is None:
+        raise Bad("stream closed without a final status")
+    return first - started, final - started
 
 
-async def get_task(client: httpx.AsyncClient, url: str, task_id: str) -> None:
-    response = await client.post(url, json=rpc_body("GetTask", {"id": task_id}), headers=HEADERS)
-    response.raise_for_status()
-    task = task_of(response.json())
-    if task.get("id") != task_id:
-        raise BenchError(f"GetTask returned {task.get('id')!r}")
+async def op_get(client, server: Server) -> None:
+    task = await rpc(client, server.rpc_url, "GetTask", {"id": server.task_id})
+    task = task.get("task", task)
+    if task.get("id") != server.task_id or state_of(task) != COMPLETED:
+        raise Bad(f"GetTask returned {task.get('id')!r} in {state_of(task)!r}")
+
+
+async def op_list(client, server: Server) -> None:
+    result = await rpc(client, server.rpc_url, "ListTasks", {"pageSize": LIST_PAGE_SIZE})
+    if len(result.get("tasks") or []) != LIST_PAGE_SIZE:
+        raise Bad(f"ListTasks returned {len(result.get('tasks') or [])} tasks")
+
+
+OPS = {"send": op_send, "send_ri": op_send_ri, "stream": op_stream, "get": op_get, "list": op_list}
+
+
+# --- Closed loop -------------------------------------------------------------------
 
 
 @dataclass
 class Sample:
     latencies: list[float] = field(default_factory=list)
-    wall: float = 0.0  # seconds spent running the measured requests (summed over rounds)
-    errors: int = 0
-    first_error: str = ""
+    finals: list[float] = field(default_factory=list)  # stream: time to the final event
+    wall: float = 0.0
+    bad: int = 0
+    first_bad: str = ""
 
-    def record_error(self, exc: Exception) -> None:
-        self.errors += 1
-        if not self.first_error:
-            self.first_error = f"{type(exc).__name__}: {exc}"[:300]
-
-
-def new_client(connections: int = 1) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False)
+    def record_bad(self, exc: BaseException) -> None:
+        self.bad += 1
+        if not self.first_bad:
+            self.first_bad = f"{type(exc).__name__}: {exc}"[:300]
 
 
-async def run_sequential(op, count: int, sample: Sample, deadline: float) -> None:
-    async with new_client() as client:
-        started = time.perf_counter()
-        for _ in range(count):
-            if time.monotonic() > deadline:
-                break
+async def closed_loop(server: Server, kind: str, concurrency: int, seconds: float, sample: Sample) -> None:
+    op = OPS[kind]
+    deadline = time.perf_counter() + seconds
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             try:
-                measured = await op(client)
-            except (httpx.HTTPError, BenchError, ValueError) as exc:
-                sample.record_error(exc)
+                measured = await op(client, server)
+            except (httpx.HTTPError, Bad, ValueError, KeyError) as exc:
+                sample.record_bad(exc)
                 continue
-            sample.latencies.append(measured if isinstance(measured, float) else time.perf_counter() - t0)
-        sample.wall += time.perf_counter() - started
-
-
-async def run_concurrent(op, count: int, clients: int, sample: Sample, deadline: float) -> None:
-    remaining = count
-
-    async def worker() -> None:
-        nonlocal remaining
-        async with new_client() as client:
-            while remaining > 0 and time.monotonic() < deadline:
-                remaining -= 1
-                t0 = time.perf_counter()
-                try:
-                    await op(client)
-                except (httpx.HTTPError, BenchError, ValueError) as exc:
-                    sample.record_error(exc)
-                    continue
+            if kind == "stream":
+                sample.latencies.append(measured[0])
+                sample.finals.append(measured[1])
+            else:
                 sample.latencies.append(time.perf_counter() - t0)
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(clients)))
+    await asyncio.gather(*(worker(client) for client in server.clients[:concurrency]))
     sample.wall += time.perf_counter() - started
 
 
+async def drain(server: Server, sample: Sample, timeout: float = 120.0) -> None:
+    """After returnImmediately sends: wait (untimed) until the last task accepted is COMPLETED."""
+    if not server.last_ri_task:
+        return
+    deadline = time.monotonic() + timeout
+    client = server.clients[0]
+    while time.monotonic() < deadline:
+        try:
+            task = await rpc(client, server.rpc_url, "GetTask", {"id": server.last_ri_task})
+        except (httpx.HTTPError, Bad, ValueError) as exc:
+            sample.record_bad(exc)
+            return
+        task = task.get("task", task)
+        if state_of(task) in TERMINAL:
+            if state_of(task) != COMPLETED:
+                sample.record_bad(Bad(f"returnImmediately task ended {state_of(task)}"))
+            server.last_ri_task = ""
+            return
+        await asyncio.sleep(0.05)
+    sample.record_bad(Bad("returnImmediately backlog not done in 120 s"))
+
+
+def round_order(servers: list[Server], round_index: int) -> list[Server]:
+    shift = round_index % len(servers)
+    order = servers[shift:] + servers[:shift]
+    return order if round_index % 2 == 0 else order[::-1]
+
+
 def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
     return ordered[rank - 1]
 
 
-def summarize(sample: Sample) -> dict:
-    if not sample.latencies:
-        return {"count": 0, "errors": sample.errors, "first_error": sample.first_error}
-    return {
-        "count": len(sample.latencies),
-        "errors": sample.errors,
-        "first_error": sample.first_error,
-        "median_ms": round(percentile(sample.latencies, 50) * 1000, 2),
-        "p95_ms": round(percentile(sample.latencies, 95) * 1000, 2),
-        "throughput_rps": round(len(sample.latencies) / sample.wall, 1) if sample.wall else 0.0,
-        "wall_s": round(sample.wall, 2),
-    }
-
-
-async def benchmark(servers: list[Server], args) -> dict:
-    # One existing task per server for GetTask, created (and checked) up front.
-    task_ids = {}
-    async with new_client() as client:
-        for server in servers:
-            task_ids[server.label] = (await send_message(client, server.rpc_url))["id"]
-
-    def ops(server: Server) -> dict:
-        url = server.rpc_url
+def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> list[dict]:
+    def row(name: str, latencies: list[float]) -> dict:
+        ms = (lambda p: round(percentile(latencies, p) * 1000, 2)) if latencies else (lambda p: None)
         return {
-            "send": lambda c: send_message(c, url),
-            "stream": lambda c: stream_message(c, url),
-            "get": lambda c: get_task(c, url, task_ids[server.label]),
+            "server": server,
+            "scenario": name,
+            "concurrency": concurrency,
+            "rps": round(len(latencies) / sample.wall, 1) if sample.wall else 0.0,
+            "p50_ms": ms(50),
+            "p99_ms": ms(99),
+            "bad": sample.bad,
+            "n": len(latencies),
+            "first_bad": sample.first_bad,
         }
 
-    # Warm-up: every kind of request on both servers, unmeasured.
-    warm = Sample()
-    for server in servers:
-        for name, op in ops(server).items():
-            await run_sequential(op, args.warmup, warm, time.monotonic() + args.max_seconds)
-            if name == "send":
-                await run_concurrent(
-                    op, args.warmup, args.concurrency, warm, time.monotonic() + args.max_seconds
-                )
-    if warm.errors:
-        raise BenchError(f"{warm.errors} errors during warm-up, first: {warm.first_error}")
+    if scenario == "stream":
+        return [row("stream_first", sample.latencies), row("stream_final", sample.finals)]
+    return [row(scenario, sample.latencies)]
 
-    workloads = [
-        ("send_sequential", "send", args.n, 1),
-        ("send_concurrent", "send", args.n, args.concurrency),
-        ("stream_sequential", "stream", args.stream_n, 1),
-        ("get_task_sequential", "get", args.get_n, 1),
-    ]
-    results = {}
-    for workload, kind, total, clients in workloads:
+
+async def measure(servers: list[Server], scenario: str, kind: str, concurrencies, args) -> list[dict]:
+    rows = []
+    for concurrency in concurrencies:
         samples = {server.label: Sample() for server in servers}
-        per_round = max(1, total // args.rounds)
         for round_index in range(args.rounds):
-            # Alternate the order each round: A B, B A, A B ...
-            order = servers if round_index % 2 == 0 else list(reversed(servers))
-            for server in order:
-                op = ops(server)[kind]
-                deadline = time.monotonic() + args.max_seconds
-                if clients == 1:
-                    await run_sequential(op, per_round, samples[server.label], deadline)
-                else:
-                    await run_concurrent(op, per_round, clients, samples[server.label], deadline)
-        entry = {label: summarize(sample) for label, sample in samples.items()}
-        entry["clients"] = clients
-        base, ours = entry["sdk"], entry["platform"]
-        if base.get("count") and ours.get("count"):
-            entry["ratio"] = {
-                "median": round(ours["median_ms"] / base["median_ms"], 2),
-                "p95": round(ours["p95_ms"] / base["p95_ms"], 2),
-                "throughput": round(ours["throughput_rps"] / base["throughput_rps"], 3),
-            }
-        results[workload] = entry
-        print(f"  done: {workload}", file=sys.stderr, flush=True)
-    return results
+            for server in round_order(servers, round_index):
+                await closed_loop(server, kind, concurrency, args.seconds, samples[server.label])
+                if kind == "send_ri":
+                    await drain(server, samples[server.label])
+        for server in servers:
+            rows += rows_of(server.label, scenario, concurrency, samples[server.label])
+        log(f"  done: {scenario} c={concurrency}")
+    return rows
 
 
-# --- Report ----------------------------------------------------------------------
+# --- Bulk load for ListTasks at scale ------------------------------------------------
 
 
-def table(results: dict) -> str:
+def _pg_copy_rows(args, dbname: str, table: str, add: int) -> None:
+    """Copies the newest row of `table` `add` times: new ids, older timestamps, everything else alike.
+
+    One INSERT ... SELECT from generate_series per 100,000 rows, straight into the
+    database (no ORM, no round trip per row).
+    """
+    with pg_connect(args, dbname) as conn:
+        columns = conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = %s AND table_schema = 'public' ORDER BY ordinal_position",
+            (table,),
+        ).fetchall()
+        stamp = "last_updated" if table == SDK_TASK_TABLE else "status_timestamp"
+        template = conn.execute(f"SELECT id FROM {table} ORDER BY {stamp} DESC LIMIT 1").fetchone()[0]
+        exprs = []
+        for name, data_type in columns:
+            if name == "id":
+                exprs.append("gen_random_uuid()" + ("::text" if data_type != "uuid" else ""))
+            elif data_type.startswith("timestamp"):
+                exprs.append(f"t.{name} - (g * interval '1 millisecond')")
+            elif name == "client_task_id":
+                exprs.append("NULL")
+            elif table == SDK_TASK_TABLE and name == "history":
+                exprs.append("'[]'::json")
+            else:
+                exprs.append(f"t.{name}")
+        names = ", ".join(name for name, _ in columns)
+        done = 0
+        while done < add:
+            batch = min(100_000, add - done)
+            conn.execute(
+                f"INSERT INTO {table} ({names}) SELECT {', '.join(exprs)} "
+                f"FROM {table} t, generate_series(%s::int, %s::int) g WHERE t.id = %s",
+                (done + 1, done + batch, template),
+            )
+            done += batch
+        conn.execute(f"ANALYZE {table}")
+
+
+def _pg_count(args, dbname: str, table: str) -> int:
+    with pg_connect(args, dbname) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _sqlite_fill(path: str, total: int) -> None:
+    conn = sqlite3.connect(path, timeout=60)
+    try:
+        table = PLATFORM_TASK_TABLE
+        have = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if have >= total:
+            return
+        columns = conn.execute(f"PRAGMA table_info({table})").fetchall()
+        template = conn.execute(f"SELECT id FROM {table} ORDER BY status_timestamp DESC LIMIT 1").fetchone()[
+            0
+        ]
+        exprs = []
+        for _cid, name, col_type, *_ in columns:
+            if name == "id":
+                exprs.append("lower(hex(randomblob(16)))")
+            elif col_type.lower() == "datetime":
+                exprs.append(f"strftime('%Y-%m-%d %H:%M:%f', t.{name}, '-' || (g.n / 1000.0) || ' seconds')")
+            elif name == "client_task_id":
+                exprs.append("NULL")
+            else:
+                exprs.append(f"t.{name}")
+        names = ", ".join(column[1] for column in columns)
+        add, done = total - have, 0
+        while done < add:
+            batch = min(100_000, add - done)
+            conn.execute(
+                f"WITH RECURSIVE g(n) AS (SELECT ? UNION ALL SELECT n + 1 FROM g WHERE n < ?) "
+                f"INSERT INTO {table} ({names}) SELECT {', '.join(exprs)} FROM {table} t, g WHERE t.id = ?",
+                (done + 1, done + batch, template),
+            )
+            conn.commit()
+            done += batch
+        conn.execute(f"ANALYZE {table}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def fill_to(args, server: Server, total: int) -> None:
+    """Brings the server's stored tasks (all the echo agent's, one anonymous owner) to `total`."""
+    if server.label == SDK_MEMORY:
+        response = httpx.post(
+            server.rpc_url.rstrip("/") + "/_bench/fill", json={"total": total}, timeout=600, trust_env=False
+        )
+        response.raise_for_status()
+    elif server.storage[0] == "postgres":
+        table = SDK_TASK_TABLE if server.label == SDK_POSTGRES else PLATFORM_TASK_TABLE
+        have = _pg_count(args, server.storage[1], table)
+        if have < total:
+            _pg_copy_rows(args, server.storage[1], table, total - have)
+    else:
+        _sqlite_fill(server.storage[1], total)
+
+
+def scale_name(total: int) -> str:
+    return f"list_{total // 1_000_000}m" if total >= 1_000_000 else f"list_{total // 1000}k"
+
+
+async def measure_lists(servers: list[Server], args) -> list[dict]:
+    rows = []
+    for total in args.list_scale:
+        t0 = time.perf_counter()
+        for server in servers:
+            await asyncio.to_thread(fill_to, args, server, total)
+        log(f"  loaded {total:,} tasks into each server in {time.perf_counter() - t0:.0f} s")
+        rows += await measure(servers, scale_name(total), "list", args.list_concurrency, args)
+    return rows
+
+
+# --- The run ---------------------------------------------------------------------------
+
+
+async def benchmark(servers: list[Server], args) -> list[dict]:
+    for server in servers:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        server.clients = [
+            httpx.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False)
+            for _ in range(max([*args.concurrency, *args.list_concurrency]))
+        ]
+    try:
+        # Checked answers first (a wrong server fails here, before any figure), then
+        # an unmeasured warm-up of every scenario on every server.
+        warm = Sample()
+        for server in servers:
+            await op_send(server.clients[0], server)
+        for kind in args.scenarios:
+            for server in servers:
+                await closed_loop(server, kind, max(args.concurrency), args.warmup, warm)
+                if kind == "send_ri":
+                    await drain(server, warm)
+        if warm.bad:
+            raise Bad(f"{warm.bad} bad answers during warm-up, first: {warm.first_bad}")
+        rows = []
+        for kind in args.scenarios:
+            rows += await measure(servers, kind, kind, args.concurrency, args)
+        if args.list_scale:
+            rows += await measure_lists(servers, args)
+        return rows
+    finally:
+        for server in servers:
+            for client in server.clients:
+                await client.aclose()
+
+
+# --- Report ------------------------------------------------------------------------------
+
+
+def ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def table(rows: list[dict]) -> str:
     header = (
-        f"{'workload':<22}{'server':<10}{'n':>5}{'err':>5}{'median ms':>11}{'p95 ms':>9}{'req/s':>9}"
-        f"   ratio platform/sdk (median, p95, throughput)"
+        f"{'scenario':<14}{'c':>3}  {'server':<19}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'bad':>5}"
+        f"  | {'rps/mem':>8}{'p50/mem':>8}  | {'rps/pg':>7}{'p50/pg':>7}"
     )
     lines = [header, "-" * len(header)]
-    for workload, entry in results.items():
-        name = workload if entry["clients"] == 1 else f"{workload} (c={entry['clients']})"
-        for label in ("sdk", "platform"):
-            row = entry[label]
-            if not row.get("count"):
-                lines.append(f"{name:<22}{label:<10}{0:>5}{row['errors']:>5}   no data: {row['first_error']}")
+    groups: dict[tuple, dict] = {}
+    for row in rows:
+        groups.setdefault((row["scenario"], row["concurrency"]), {})[row["server"]] = row
+    for (scenario, concurrency), by_server in groups.items():
+        mem, pg = by_server.get(SDK_MEMORY, {}), by_server.get(SDK_POSTGRES, {})
+        first = True
+        for label in (SDK_MEMORY, SDK_POSTGRES, SERVICES, EMBEDDED):
+            row = by_server.get(label)
+            if row is None:
                 continue
-            ratio = ""
-            if label == "platform" and "ratio" in entry:
-                r = entry["ratio"]
-                ratio = f"   x{r['median']:.2f}, x{r['p95']:.2f}, x{r['throughput']:.3f}"
-            lines.append(
-                f"{name:<22}{label:<10}{row['count']:>5}{row['errors']:>5}{row['median_ms']:>11.1f}"
-                f"{row['p95_ms']:>9.1f}{row['throughput_rps']:>9.1f}{ratio}"
-            )
-            name = ""
+            name, conc = (scenario, str(concurrency)) if first else ("", "")
+            first = False
+            p50 = f"{row['p50_ms']:.1f}" if row["p50_ms"] is not None else "-"
+            p99 = f"{row['p99_ms']:.1f}" if row["p99_ms"] is not None else "-"
+            line = f"{name:<14}{conc:>3}  {label:<19}{row['rps']:>8.1f}{p50:>9}{p99:>9}{row['bad']:>5}"
+            if label not in BASELINES:
+                line += (
+                    f"  | {ratio(row['rps'], mem.get('rps')):>8}{ratio(row['p50_ms'], mem.get('p50_ms')):>8}"
+                )
+                line += (
+                    f"  | {ratio(row['rps'], pg.get('rps')):>7}{ratio(row['p50_ms'], pg.get('p50_ms')):>7}"
+                )
+            lines.append(line)
     return "\n".join(lines)
 
 
 def git_describe() -> str:
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        run = lambda *a: subprocess.run(  # noqa: E731
+            ["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        commit, dirty = (
+            run("rev-parse", "--short", "HEAD"),
+            run("status", "--porcelain", "--untracked-files=no"),
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    if not commit:
+        return "unknown (not a git checkout)"
     return f"{commit}{' (working tree modified)' if dirty else ''}"
+
+
+def int_list(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mode", choices=["embedded", "services"], default="embedded")
+    parser.add_argument("--quick", action="store_true", help="< 1 min: blocking send at c=1 and 8, 3 servers")
     parser.add_argument(
-        "-n", type=int, default=200, help="SendMessage calls per server (sequential, concurrent)"
-    )
-    parser.add_argument("-c", "--concurrency", type=int, default=8, help="concurrent clients")
-    parser.add_argument("--stream-n", type=int, default=100, help="SendStreamingMessage calls per server")
-    parser.add_argument("--get-n", type=int, default=200, help="GetTask calls per server")
-    parser.add_argument("--warmup", type=int, default=20, help="unmeasured requests of each kind per server")
-    parser.add_argument(
-        "--rounds", type=int, default=10, help="alternations between the servers per workload"
+        "--mode",
+        choices=["services", "embedded", "both"],
+        help="platform mode(s) (default: both; quick: services)",
     )
     parser.add_argument(
-        "--max-seconds", type=float, default=30.0, help="time cap for one server's share of one round"
+        "--scenarios", help=f"comma list of {','.join(BASIC_SCENARIOS)}, or none (default: all; quick: send)"
+    )
+    parser.add_argument("-c", "--concurrency", type=int_list, help="comma list (default 1,8,32; quick 1,8)")
+    parser.add_argument(
+        "--list-scale",
+        nargs="?",
+        const="1000,100000,1000000",
+        type=int_list,
+        default=[],
+        help="also ListTasks (pageSize 50) at these stored-task counts (bare flag: 1000,100000,1000000)",
+    )
+    parser.add_argument(
+        "--list-concurrency", type=int_list, default=[1, 8], help="for ListTasks (default 1,8)"
+    )
+    parser.add_argument("--rounds", type=int, help="rounds per scenario and concurrency (default 4; quick 3)")
+    parser.add_argument(
+        "--seconds", type=float, help="each server's time slice per round (default 1.0; quick 1.5)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, help="unmeasured seconds per scenario and server (default 1.0)"
+    )
+    parser.add_argument(
+        "--no-sdk-postgres", dest="sdk_postgres", action="store_false", help="skip that baseline"
     )
     parser.add_argument("--debug", action="store_true", help="run the platform with DEBUG on (default: off)")
-    parser.add_argument("--postgres-url", default="postgres://postgres@127.0.0.1:5432", help="services mode")
+    parser.add_argument("--postgres-url", default="postgres://postgres@127.0.0.1:5432")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5", help="services mode (db 5)")
     parser.add_argument(
-        "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), help="services mode"
+        "--json", type=Path, help="write the rows {server, scenario, concurrency, rps, ...} here"
     )
-    parser.add_argument("--out", type=Path, help="JSON result file (default: var/bench/<time>-<mode>.json)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory with server logs")
     args = parser.parse_args(argv)
-    if min(args.n, args.concurrency, args.stream_n, args.get_n, args.rounds) < 1 or args.warmup < 0:
-        parser.error("counts must be positive")
+    quick = args.quick
+    args.mode = args.mode or ("services" if quick else "both")
+    args.scenarios = (args.scenarios or ("send" if quick else ",".join(BASIC_SCENARIOS))).split(",")
+    if args.scenarios == ["none"]:  # e.g. only ListTasks at scale
+        args.scenarios = []
+    if unknown := set(args.scenarios) - set(BASIC_SCENARIOS):
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    args.concurrency = args.concurrency or ([1, 8] if quick else [1, 8, 32])
+    args.rounds = args.rounds or (3 if quick else 4)
+    args.seconds = args.seconds or (1.5 if quick else 1.0)
+    args.warmup = args.warmup if args.warmup is not None else (0.7 if quick else 1.0)
+    if min([*args.concurrency, *args.list_concurrency, args.rounds]) < 1 or any(
+        n < 100 for n in args.list_scale
+    ):
+        parser.error("concurrency and rounds must be positive, list scales at least 100")
     return args
+
+
+def interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # A SIGTERM stops the run the way Ctrl-C does: through the cleanup below.
+    signal.signal(signal.SIGTERM, interrupted)
     started_at = datetime.now(UTC)
     load_before = os.getloadavg()
     work_dir = Path(tempfile.mkdtemp(prefix="a2a-bench-"))
     servers: list[Server] = []
     failed = False
+    t_start = time.perf_counter()
     try:
-        print(f"Starting servers (mode {args.mode}, logs in {work_dir}) ...", file=sys.stderr, flush=True)
-        servers.append(start_baseline(work_dir))
-        servers.append(start_platform(args, work_dir / "var", work_dir))
-        sessions_before = postgres_sessions(args) if args.mode == "services" else None
+        log(f"Starting servers (mode {args.mode}, logs in {work_dir}) ...")
+        start_servers(args, work_dir, servers)
+        log(f"  started in {time.perf_counter() - t_start:.0f} s:")
+        for server in servers:
+            pids = ", ".join(f"{proc.name} pid {proc.popen.pid}" for proc in server.procs)
+            log(f"    {server.label:<18} {server.rpc_url}  ({pids})")
         t0 = time.perf_counter()
-        results = asyncio.run(benchmark(servers, args))
+        rows = asyncio.run(benchmark(servers, args))
         elapsed = time.perf_counter() - t0
-        sessions_after = postgres_sessions(args) if args.mode == "services" else None
     except BaseException:
         failed = True
         for server in servers:
             for proc in server.procs:
-                print(f"--- {proc.name} log tail\n{proc.output()[-3000:]}", file=sys.stderr)
+                log(f"--- {proc.name} log tail\n{proc.output()[-3000:]}")
         raise
     finally:
+        # Only what this run started, by its Popen (pid); then its own databases.
         stop_processes([proc for server in servers for proc in server.procs])
-        if args.mode == "services":
-            try:
-                postgres_admin(args, f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-            except Exception as exc:  # the report matters more than the cleanup
-                print(f"warning: could not drop {BENCH_DB}: {exc}", file=sys.stderr)
+        if args.mode in ("services", "both"):
+            drop_database(args, PLATFORM_DB)
+        if args.sdk_postgres:
+            drop_database(args, SDK_DB)
         if args.keep or failed:
-            print(f"Logs kept in {work_dir}", file=sys.stderr)
+            log(f"Logs kept in {work_dir}")
         else:
             shutil.rmtree(work_dir, ignore_errors=True)
 
+    load_after = os.getloadavg()
     report = {
         "started_at": started_at.isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name, "bench/run.py", *(argv or sys.argv[1:])]),
-        "mode": args.mode,
-        "settings": {
-            "n": args.n,
-            "concurrency": args.concurrency,
-            "stream_n": args.stream_n,
-            "get_n": args.get_n,
-            "warmup": args.warmup,
-            "rounds": args.rounds,
-            "platform_debug": args.debug,
-        },
+        "command": " ".join(["bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
+        "git": git_describe(),
         "host": {
             "cpus": os.cpu_count(),
             "python": host_platform.python_version(),
             "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "loadavg_after": [round(x, 2) for x in load_after],
         },
-        "git": git_describe(),
+        "settings": {
+            key: getattr(args, key)
+            for key in (
+                "mode",
+                "scenarios",
+                "concurrency",
+                "list_scale",
+                "list_concurrency",
+                "rounds",
+                "seconds",
+            )
+        },
         "measure_seconds": round(elapsed, 1),
-        "results": results,
+        "total_seconds": round(time.perf_counter() - t_start, 1),
+        "rows": rows,
     }
-    if sessions_before is not None and sessions_after is not None:
-        # Every platform request of the run, warm-up included, against new database connections.
-        requests = (
-            1
-            + 4 * args.warmup
-            + sum(entry["platform"]["count"] + entry["platform"]["errors"] for entry in results.values())
-        )
-        report["postgres"] = {
-            "sessions_opened": sessions_after - sessions_before,
-            "platform_requests": requests,
-        }
-    out = args.out or OUT_DIR / f"{started_at.strftime('%Y%m%dT%H%M%SZ')}-{args.mode}.json"
+    out = args.json or OUT_DIR / f"{started_at.strftime('%Y%m%dT%H%M%SZ')}-{args.mode}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"\nA2A echo agent, platform ({args.mode}) vs official a2a-sdk server, both on Daphne, loopback")
+    print("\nA2A echo agent: the platform vs the official a2a-sdk 1.3 server, all on Daphne, loopback")
     print(
-        f"git {report['git']}; {os.cpu_count()} CPUs; load avg before {report['host']['loadavg_before'][0]}, "
-        f"after {report['host']['loadavg_after'][0]}; measured in {report['measure_seconds']} s\n"
+        f"git {report['git']}; {os.cpu_count()} CPUs; load avg {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after; measured in {report['measure_seconds']} s "
+        f"(total {report['total_seconds']} s)\n"
     )
-    print(table(results))
-    if "postgres" in report:
-        pg = report["postgres"]
-        print(
-            f"\nPostgreSQL connections opened to {BENCH_DB} during the run: {pg['sessions_opened']} "
-            f"for {pg['platform_requests']} platform requests (web and worker together)"
-        )
-    print("\nratio > 1 on latency = platform slower; ratio < 1 on throughput = platform slower.")
+    print(table(rows))
+    print("\nrps/x > 1: more requests a second than baseline x; p50/x < 1: lower median latency than x.")
     print(f"JSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
-    errors = sum(entry[label]["errors"] for entry in results.values() for label in ("sdk", "platform"))
-    return 1 if errors else 0
+    bad = sum(row["bad"] for row in rows if row["scenario"] != "stream_final")
+    if bad:
+        firsts = {
+            f"{row['server']} {row['scenario']} c={row['concurrency']}: {row['first_bad']}" for row in rows
+        }
+        print(f"\nINVALID RUN: {bad} bad answers", file=sys.stderr)
+        for line in sorted(f for f in firsts if not f.endswith(": ")):
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,27 +1,38 @@
-"""Baseline for `bench/run.py`: the official a2a-sdk server hosting an echo agent.
+"""The official a2a-sdk server with an echo executor: the baseline of bench/run.py.
 
-The agent does what the platform's built-in `echo` handler does (WORKING status,
-one text artifact, COMPLETED), on the SDK's own stack: `DefaultRequestHandler`,
-`InMemoryTaskStore`, and the SDK's Starlette routes for the agent card and
-JSON-RPC. Serve it with the same ASGI server as the platform:
+Nothing of the platform is used here, only a2a-sdk 1.3: `DefaultRequestHandler`
+with a task store, `create_agent_card_routes` + `create_jsonrpc_routes` in
+Starlette, served by the same ASGI server as the platform (Daphne):
 
     BENCH_SDK_URL=http://127.0.0.1:9999 python -m daphne -b 127.0.0.1 -p 9999 bench.sdk_echo_server:app
 
-Tasks live in memory only: nothing is written anywhere before the answer.
+BENCH_SDK_STORE picks the task store:
+
+- `memory` (default): `InMemoryTaskStore`; nothing is written anywhere before the answer.
+  A bench-only `POST /_bench/fill {"total": N}` copies the newest stored task until the
+  store holds N tasks (ListTasks at scale; the SQL store is filled with SQL instead).
+- `sql`: `DatabaseTaskStore` on the SQLAlchemy async URL in BENCH_SDK_DB_URL
+  (`postgresql+asyncpg://...`), its table created on first use.
 """
 
 import os
+import uuid
 
 from a2a.helpers import new_task_from_user_message, new_text_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 URL = os.environ.get("BENCH_SDK_URL", "http://127.0.0.1:9999")
+STORE = os.environ.get("BENCH_SDK_STORE", "memory")
+DB_URL = os.environ.get("BENCH_SDK_DB_URL", "")
 
 
 class BenchEchoExecutor(AgentExecutor):
@@ -73,14 +84,52 @@ def build_card(url: str) -> AgentCard:
     )
 
 
+def build_store(kind: str = STORE, db_url: str = DB_URL) -> TaskStore:
+    if kind == "memory":
+        return InMemoryTaskStore()
+    if kind == "sql":
+        from a2a.server.tasks import DatabaseTaskStore
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        if not db_url:
+            raise RuntimeError("BENCH_SDK_STORE=sql needs BENCH_SDK_DB_URL")
+        # SQLAlchemy's default pool (5 + 10 overflow), as a user of the SDK gets it.
+        return DatabaseTaskStore(create_async_engine(db_url))
+    raise RuntimeError(f"unknown BENCH_SDK_STORE {kind!r}")
+
+
+def fill_route(store: InMemoryTaskStore) -> Route:
+    """Bench only: copy the newest task of each owner until the owner holds `total` tasks."""
+
+    async def fill(request: Request) -> JSONResponse:
+        total = int((await request.json())["total"])
+        impl = store._impl  # the dict behind the SDK's in-memory store
+        with impl.lock:
+            counts = {}
+            for owner, tasks in impl.tasks.items():
+                template = max(tasks.values(), key=lambda t: t.status.timestamp.ToNanoseconds())
+                base_ns = template.status.timestamp.ToNanoseconds()
+                for n in range(len(tasks), total):
+                    copy = type(template)()
+                    copy.CopyFrom(template)
+                    copy.id = str(uuid.uuid4())
+                    copy.ClearField("history")
+                    copy.status.timestamp.FromNanoseconds(base_ns - (n + 1) * 1_000_000)
+                    tasks[copy.id] = copy
+                counts[owner] = len(tasks)
+        return JSONResponse({"tasks": counts})
+
+    return Route("/_bench/fill", fill, methods=["POST"])
+
+
 def build_app(url: str = URL) -> Starlette:
     card = build_card(url)
-    handler = DefaultRequestHandler(
-        agent_executor=BenchEchoExecutor(),
-        task_store=InMemoryTaskStore(),
-        agent_card=card,
-    )
-    return Starlette(routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/"))
+    store = build_store()
+    handler = DefaultRequestHandler(agent_executor=BenchEchoExecutor(), task_store=store, agent_card=card)
+    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/")
+    if isinstance(store, InMemoryTaskStore):
+        routes.append(fill_route(store))
+    return Starlette(routes=routes)
 
 
 app = build_app()

@@ -2,14 +2,17 @@
 
 Each answers None for a task that does not exist, belongs to another tenant,
 another agent, or another caller, so callers cannot tell those cases apart.
+get_task_for_caller serves the A2A bindings (one agent, one caller);
+get_task_for_tenant the management API and the console (the whole tenant).
 """
 
 import uuid
 from dataclasses import dataclass, field
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
 from tasks_app.models import Task
+from tenants.access import usable_id
+from tenants.models import Tenant
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,24 @@ def tasks_visible_to(caller: Caller):
     return tasks
 
 
-def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = False) -> Task | None:
-    pk = parse_task_uuid(task_id)
-    tasks = tasks_visible_to(caller)
-    if pk is None:
-        # Draft-dialect clients name tasks themselves; those ids live beside the UUID.
-        tasks = tasks.filter(client_task_id=task_id)
-    else:
-        tasks = tasks.filter(pk=pk)
+def _one(tasks, pk: uuid.UUID, for_update: bool):
+    tasks = tasks.filter(pk=pk)
     if for_update:
         tasks = tasks.select_for_update(of=("self",))
-    return tasks.select_related("context", "status_message").first()
+    return tasks
+
+
+def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = False) -> Task | None:
+    pk = parse_task_uuid(task_id)
+    if pk is None:
+        return None
+    return _one(tasks_visible_to(caller), pk, for_update).select_related("context", "status_message").first()
+
+
+def get_task_for_tenant(tenant: Tenant, task_id: str, *, for_update: bool = False) -> Task | None:
+    """One task of the tenant by its public id, or None (bad id, missing, another tenant's)."""
+    pk = parse_task_uuid(task_id) if usable_id(str(task_id)) else None
+    if pk is None:
+        return None
+    tasks = _one(Task.objects.filter(tenant=tenant), pk, for_update)
+    return tasks.select_related("tenant", "agent", "context", "status_message").first()

@@ -9,9 +9,9 @@ import uuid
 
 from django.db import models
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
 from tasks_app.fields import EncryptedTextField
+from tenants.models import Tenant
 
 
 class TaskState(models.TextChoices):
@@ -57,9 +57,6 @@ class Task(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     # Who created the task: "client:<client_id>", "user:<id>" or "anonymous".
     owner = models.CharField(max_length=255, default="anonymous")
-    # Id chosen by a draft-dialect (tasks/send) client; 1.0 ids are always server-made.
-    # NULL, not "", so the unique constraint ignores tasks without one.
-    client_task_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # Sequence number of the last TaskEvent; the next event gets event_seq + 1.
     event_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -72,13 +69,6 @@ class Task(models.Model):
             models.Index(fields=["tenant", "state", "status_timestamp"], name="task_state_idx"),
             models.Index(fields=["tenant", "-updated_at"], name="task_updated_idx"),
         ]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["agent", "client_task_id"],
-                condition=models.Q(client_task_id__isnull=False),
-                name="task_agent_client_id_unique",
-            )
-        ]
 
     def __str__(self) -> str:
         return str(self.id)
@@ -90,6 +80,27 @@ class Task(models.Model):
     @property
     def is_interrupted(self) -> bool:
         return self.state in INTERRUPTED_STATES
+
+
+class DraftTaskAlias(models.Model):
+    """The id a draft-dialect (0.1, tasks/send) client chose for a task it created.
+
+    Written and read by tasks_app/protocol/legacy only: 1.0 ids are always
+    server-made, and nothing else in the platform knows this table. Unique per
+    agent, so two agents' clients may pick the same id.
+    """
+
+    task = models.OneToOneField(Task, primary_key=True, on_delete=models.CASCADE, related_name="draft_alias")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    client_task_id = models.CharField(max_length=255)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "client_task_id"], name="draft_alias_agent_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.client_task_id
 
 
 class Message(models.Model):

@@ -1,25 +1,49 @@
 """What an operator does to a task from the console or the management API.
 
 Each action goes through the same services the A2A bindings use, as the
-tenant's operator (who sees every caller's tasks), and is audited.
+tenant's operator (who sees every caller's tasks), and is audited. Whether
+the task still waits for this answer or grant (or can still be canceled) is
+decided here, under the task's row lock, never in a view: a task that does
+not raises TaskConflict, which the API answers with 409 and the console with
+a flash message.
 """
 
 import uuid
 
 from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from django.db import transaction
 
-from a2a_platform.tenants.audit import audit_record
-from tasks_app.access import Caller
-from tasks_app.models import Task
+from agents.registry import AUTHORIZATION_KEY
+from tasks_app.access import Caller, get_task_for_tenant
+from tasks_app.models import Task, TaskState
 from tasks_app.services import message_send, task_cancel
+from tenants.audit import audit_record
 
-# The data part an authorization answer carries; the approval handler reads it.
-AUTHORIZATION_KEY = "authorization"
+
+class TaskConflict(Exception):
+    """The task is not in a state that allows the action; `task` is the task as it is now."""
+
+    def __init__(self, task: Task, message: str):
+        super().__init__(message)
+        self.task = task
 
 
 def operator_caller(task: Task, user) -> Caller:
     return Caller(tenant=task.tenant, agent=task.agent, principal=f"user:{user.pk}", sees_all=True)
+
+
+def _current(task: Task) -> Task:
+    # The row lock makes a second operator wait for the first, then see the new state.
+    return get_task_for_tenant(task.tenant, str(task.pk), for_update=True) or task
+
+
+def _waiting(task: Task, state: str) -> Task:
+    """The locked, current task, if it still waits in `state`; TaskConflict if not."""
+    current = _current(task)
+    if current.state != state:
+        raise TaskConflict(current, f"The task is {current.state}, not {state}")
+    return current
 
 
 def _send(task: Task, user, parts: list[pb.Part]) -> None:
@@ -30,12 +54,17 @@ def _send(task: Task, user, parts: list[pb.Part]) -> None:
         context_id=task.context.context_id,
         parts=parts,
     )
-    message_send(operator_caller(task, user), pb.SendMessageRequest(message=message))
+    try:
+        message_send(operator_caller(task, user), pb.SendMessageRequest(message=message))
+    except UnsupportedOperationError as error:
+        # The task stopped waiting (terminal, or answered) between our check and the send.
+        raise TaskConflict(_current(task), error.message) from None
 
 
 @transaction.atomic
 def operator_answer(task: Task, user, text: str) -> None:
-    """Answer an input-required task; refused (UnsupportedOperationError) if it was already answered."""
+    """Answer an input-required task; TaskConflict if it is not (or no longer) waiting for input."""
+    task = _waiting(task, TaskState.INPUT_REQUIRED)
     _send(task, user, [pb.Part(text=text)])
     audit_record(
         tenant=task.tenant,
@@ -49,7 +78,8 @@ def operator_answer(task: Task, user, text: str) -> None:
 
 @transaction.atomic
 def operator_authorize(task: Task, user, granted: bool) -> None:
-    """Grant or deny an auth-required task. The handler decides what the answer means."""
+    """Grant or deny an auth-required task (TaskConflict if it is not). The handler decides what it means."""
+    task = _waiting(task, TaskState.AUTH_REQUIRED)
     decision = "granted" if granted else "denied"
     data = pb.Part()
     data.data.struct_value.update({AUTHORIZATION_KEY: decision, "by": user.username})
@@ -65,7 +95,11 @@ def operator_authorize(task: Task, user, granted: bool) -> None:
 
 @transaction.atomic
 def operator_cancel(task: Task, user) -> None:
-    task_cancel(operator_caller(task, user), str(task.pk))
+    """Cancel a task; TaskConflict if it has ended already."""
+    try:
+        task_cancel(operator_caller(task, user), str(task.pk))
+    except (TaskNotCancelableError, TaskNotFoundError) as error:
+        raise TaskConflict(_current(task), error.message) from None
     audit_record(
         tenant=task.tenant,
         actor=f"user:{user.username}",

@@ -9,15 +9,13 @@ returns. A failed attempt schedules the next one with exponential backoff and
 blocks the events behind it until it succeeds or is given up.
 
 Every request is made to an address that was resolved and checked just before
-(SSRF guard), with the original Host header and TLS server name.
+(the SSRF guard, agents/outbound.py), with the original Host header and TLS server name.
 """
 
 import base64
-import ipaddress
 import json
 import logging
 import re
-import socket
 import ssl
 import uuid
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents.outbound import UrlRefused, url_check
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
@@ -46,90 +45,6 @@ PRINTABLE_RE = re.compile(r"^[\x20-\x7e]*$")
 UNDECRYPTABLE_ERROR = "cannot decrypt the webhook credentials; was FIELD_ENCRYPTION_KEYS changed?"
 LIST_PAGE_SIZE_DEFAULT = 50
 LIST_PAGE_SIZE_MAX = 100
-
-SHARED_NETWORK = ipaddress.ip_network("100.64.0.0/10")
-# Cloud metadata endpoints: refused even when private networks are allowed.
-METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
-)
-
-
-# --- URL screening (SSRF) -------------------------------------------------------
-class PushUrlRefused(ValueError):
-    """A webhook URL the platform will not call; the message says why."""
-
-
-@dataclass(frozen=True)
-class PushTarget:
-    """A checked webhook URL and the address it resolved to, used for the request."""
-
-    url: httpx.URL
-    address: str
-
-    @property
-    def pinned_url(self) -> httpx.URL:
-        return self.url.copy_with(host=self.address)
-
-
-def _address_problem(ip, allow_private: bool) -> str | None:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # judged as the IPv4 address it carries
-    if ip in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    if ip.is_unspecified:
-        return "an unspecified address"
-    if ip.is_multicast:
-        return "a multicast address"
-    if ip.is_loopback:
-        return None if allow_private else "a loopback address"
-    if ip.is_link_local:
-        return None if allow_private else "a link-local address"
-    if ip in SHARED_NETWORK:
-        return None if allow_private else "a shared (carrier-grade NAT) address"
-    if ip.is_private:
-        return None if allow_private else "a private address"
-    if ip.is_reserved or not ip.is_global:
-        return "a reserved address"
-    return None
-
-
-def push_url_check(url: str, *, allow_private: bool | None = None) -> PushTarget:
-    """Resolve a webhook URL and check every address it has; answer the one to connect to.
-
-    Raises PushUrlRefused for a scheme other than http/https, credentials in the
-    URL, a host that does not resolve, or any address that is loopback, private,
-    link-local, shared, multicast, reserved, unspecified or cloud metadata
-    (private ones are allowed when PUSH_ALLOW_PRIVATE_NETWORKS is on).
-    """
-    if allow_private is None:
-        allow_private = settings.PUSH_ALLOW_PRIVATE_NETWORKS
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError) as exc:
-        raise PushUrlRefused(f"'{url}' is not a valid URL ({exc})") from None
-    if parsed.scheme not in ("http", "https"):
-        raise PushUrlRefused(f"the scheme must be http or https, not '{parsed.scheme}'")
-    if not parsed.host:
-        raise PushUrlRefused("the URL has no host")
-    if parsed.userinfo:
-        raise PushUrlRefused("the URL must not carry credentials; use 'authentication' instead")
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        infos = socket.getaddrinfo(parsed.host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise PushUrlRefused(f"the host '{parsed.host}' does not resolve") from None
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
-    if not addresses:
-        raise PushUrlRefused(f"the host '{parsed.host}' does not resolve")
-    # Every address must pass: a host with one public and one private address is refused.
-    for address in addresses:
-        problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private)
-        if problem:
-            raise PushUrlRefused(
-                f"the host '{parsed.host}' resolves to {address}, {problem}; "
-                "push notifications (and proxied calls) are only sent to public addresses"
-            )
-    return PushTarget(url=parsed, address=addresses[0])
 
 
 # --- Configs: input, storage, output ---------------------------------------------
@@ -169,8 +84,8 @@ def push_config_clean(config: pb.TaskPushNotificationConfig) -> PushConfigInput:
                 message="authentication.credentials must be up to 4096 printable ASCII characters"
             )
     try:
-        push_url_check(url)
-    except PushUrlRefused as exc:
+        url_check(url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS)
+    except UrlRefused as exc:
         raise InvalidParamsError(message=f"Push notification url refused: {exc}") from None
     return PushConfigInput(
         config_id=config.id, url=url, token=config.token, auth_scheme=scheme, auth_credentials=credentials
@@ -356,8 +271,8 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
         return None, UNDECRYPTABLE_ERROR
     try:
         # Checked again at send time: the host's DNS may have changed since the config was made.
-        target = push_url_check(config.url)
-    except PushUrlRefused as exc:
+        target = url_check(config.url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS)
+    except UrlRefused as exc:
         return None, f"URL refused: {exc}"
     headers = {
         "Host": target.url.netloc.decode("ascii"),

@@ -5,12 +5,9 @@ input never leaves anything behind; work for the worker is enqueued only after
 the transaction commits.
 """
 
-import base64
-import json
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
@@ -20,13 +17,12 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from django.db import IntegrityError, transaction
-from django.db.models import Prefetch, Q
 from django.utils import timezone
 
-from tasks_app.access import Caller, get_task_for_caller, tasks_visible_to
+from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
-from tasks_app.models import Artifact, Context, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Context, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
@@ -48,10 +44,13 @@ class SendOutcome:
     seq_before: int
     duplicate: bool = False
 
+    @property
+    def accepted(self) -> dict:
+        """The task as it was accepted: the answer when the store cannot be read again."""
+        return task_dict(self.task)
 
-def message_send(
-    caller: Caller, request: pb.SendMessageRequest, *, client_task_id: str | None = None
-) -> SendOutcome:
+
+def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
     A message without taskId creates a task (in its contextId, or a new
@@ -63,9 +62,6 @@ def message_send(
     entry); the turn is dispatched and the entry published after it commits,
     and a failure there is only logged: the task is accepted, the sweeper
     dispatches it again.
-
-    client_task_id (draft-dialect tasks/send only) stores a new task under the
-    client's own id; an id another task of this agent holds raises IntegrityError.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -86,7 +82,7 @@ def message_send(
         if message.task_id:
             task, seq_before = _continue_task(caller, message, push_config)
         else:
-            task = _create_task(caller, message, push_config, client_task_id)
+            task = _create_task(caller, message, push_config)
             seq_before = 0
     return SendOutcome(task=task, seq_before=seq_before)
 
@@ -98,12 +94,7 @@ def _resend_outcome(caller: Caller, previous: Message) -> SendOutcome:
     return SendOutcome(task=task, seq_before=0, duplicate=True)
 
 
-def _create_task(
-    caller: Caller,
-    message: pb.Message,
-    push_config: PushConfigInput | None = None,
-    client_task_id: str | None = None,
-) -> Task:
+def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None) -> Task:
     if message.context_id:
         context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=message.context_id)
     else:
@@ -115,7 +106,6 @@ def _create_task(
         state=TaskState.SUBMITTED,
         status_timestamp=timezone.now(),
         owner=caller.principal,
-        client_task_id=client_task_id,
         # The log starts with the Task itself (appended below).
         event_seq=1,
     )
@@ -254,68 +244,3 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         if not turn_running:
             transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
     return task_snapshot(task_pk)
-
-
-def _page_token(task: Task) -> str:
-    raw = json.dumps({"ts": task.status_timestamp.isoformat(), "id": str(task.pk)})
-    return base64.urlsafe_b64encode(raw.encode()).decode()
-
-
-def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return datetime.fromisoformat(data["ts"]), uuid.UUID(data["id"])
-    except (ValueError, KeyError, TypeError):
-        raise InvalidParamsError(message="pageToken is not one this server issued") from None
-
-
-def task_list(
-    caller: Caller,
-    *,
-    context_id: str = "",
-    state: str | None = None,
-    status_after: datetime | None = None,
-    page_size: int = 50,
-    page_token: str = "",
-    history_length: int | None = None,
-    include_artifacts: bool = False,
-) -> dict:
-    """ListTasks: the caller's tasks, newest status first, in keyset pages.
-
-    A fixed number of queries whatever the page size: count, page, and one
-    prefetch each for messages and artifacts.
-    """
-    tasks = tasks_visible_to(caller)
-    if context_id:
-        tasks = tasks.filter(context__context_id=context_id)
-    if state:
-        tasks = tasks.filter(state=state)
-    if status_after:
-        tasks = tasks.filter(status_timestamp__gte=status_after)
-    total = tasks.count()
-    if page_token:
-        after_ts, after_id = _parse_page_token(page_token)
-        tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))
-    tasks = tasks.select_related("context", "status_message").order_by("-status_timestamp", "-pk")
-    prefetch = []
-    if history_length != 0:
-        prefetch.append(Prefetch("messages", queryset=Message.objects.order_by("created_at", "pk")))
-    if include_artifacts:
-        prefetch.append(Prefetch("artifacts", queryset=Artifact.objects.order_by("created_at", "pk")))
-    page = list(tasks.prefetch_related(*prefetch)[: page_size + 1])
-    more = len(page) > page_size
-    page = page[:page_size]
-    return {
-        "tasks": [
-            task_dict(
-                task,
-                messages=list(task.messages.all()) if history_length != 0 else None,
-                artifacts=list(task.artifacts.all()) if include_artifacts else None,
-                history_length=history_length,
-            )
-            for task in page
-        ],
-        "nextPageToken": _page_token(page[-1]) if more else "",
-        "pageSize": page_size,
-        "totalSize": total,
-    }

@@ -69,7 +69,7 @@ def django_db_setup(django_test_environment, django_db_blocker):
 @pytest.fixture(scope="session")
 def stored(django_db_setup, django_db_blocker):
     """Session-wide database access in autocommit, so tests see what the server committed."""
-    from a2a_platform.tenants.seed import seed_demo
+    from a2a_platform.seed import seed_demo
 
     with django_db_blocker.unblock():
         seed_demo()

@@ -15,10 +15,10 @@ from oauth2_provider.models import AccessToken
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import BasePermission
 
-from a2a_platform.tenants.models import Membership, Tenant
+from tenants.access import get_membership, role_allows
+from tenants.models import Membership, Tenant
 
 MANAGE_SCOPE = "agents:manage"
-ROLE_RANK = {Membership.Role.VIEWER: 0, Membership.Role.OPERATOR: 1, Membership.Role.OWNER: 2}
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Admin:
     user: AbstractBaseUser | None = None
 
     def has_role(self, role: str) -> bool:
-        return ROLE_RANK[self.role] >= ROLE_RANK[role]
+        return role_allows(self.role, role)
 
 
 def request_token(request) -> AccessToken | None:
@@ -65,9 +65,7 @@ def admin_resolve(request, tenant_slug: str) -> Admin:
         user = token.user
     else:
         user = request.user
-    membership = (
-        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=tenant_slug).first()
-    )
+    membership = get_membership(user, tenant_slug)
     if membership is None:
         raise _not_found()
     return Admin(tenant=membership.tenant, role=membership.role, actor=f"user:{user.username}", user=user)

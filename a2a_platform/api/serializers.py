@@ -5,10 +5,10 @@ from django.conf import settings
 from google.protobuf.json_format import ParseDict
 from rest_framework import serializers
 
-from a2a_platform.tenants.models import Membership
-from a2a_platform.tenants.services import GRANT_TYPES
 from agents.models import Agent
 from tasks_app.models import TaskState
+from tenants.models import Membership
+from tenants.services import GRANT_TYPES
 
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$"
 # The skill flag agents/cards.py reads to keep a skill off the public card.

@@ -1,4 +1,4 @@
-"""Who may do what in the console, and the only way its views fetch a tenant's rows.
+"""Who may do what in the console. Its views fetch a tenant's rows through the apps' access modules.
 
 A user sees a tenant through a Membership; platform superusers see every
 tenant as owners. A tenant the user may not open answers 404, like a missing
@@ -12,13 +12,10 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
-from a2a_platform.tenants.models import Membership, Tenant
-from agents.models import Agent
-from tasks_app.access import parse_task_uuid
-from tasks_app.models import Task
+from tenants.access import get_membership, get_tenant, role_allows
+from tenants.models import Membership, Tenant
 
 Role = Membership.Role
-RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.OWNER: 2}
 
 
 @dataclass(frozen=True)
@@ -29,7 +26,7 @@ class ConsoleAccess:
     platform_admin: bool = False
 
     def allows(self, role: str) -> bool:
-        return RANK[self.role] >= RANK[role]
+        return role_allows(self.role, role)
 
     @property
     def can_operate(self) -> bool:
@@ -44,13 +41,11 @@ def console_access(user, tenant_slug: str) -> ConsoleAccess | None:
     """The user's access to one tenant, or None (not signed in, not a member, no such tenant)."""
     if not user.is_authenticated or not user.is_active:
         return None
-    membership = (
-        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=tenant_slug).first()
-    )
+    membership = get_membership(user, tenant_slug)
     if membership is not None:
         return ConsoleAccess(tenant=membership.tenant, role=membership.role)
     if user.is_superuser:
-        tenant = Tenant.objects.filter(slug=tenant_slug).first()
+        tenant = get_tenant(tenant_slug)
         if tenant is not None:
             return ConsoleAccess(tenant=tenant, role=Role.OWNER, platform_admin=True)
     return None
@@ -86,18 +81,3 @@ def tenant_view(role: str = Role.VIEWER):
         return wrapped
 
     return decorator
-
-
-def get_task_for_tenant(tenant: Tenant, task_id, *, for_update: bool = False) -> Task | None:
-    """One task of the tenant by its public id, or None (bad id, missing, another tenant's)."""
-    pk = parse_task_uuid(task_id)
-    if pk is None:
-        return None
-    tasks = Task.objects.filter(tenant=tenant, pk=pk)
-    if for_update:
-        tasks = tasks.select_for_update(of=("self",))
-    return tasks.select_related("agent", "context", "status_message", "tenant").first()
-
-
-def get_agent_for_tenant(tenant: Tenant, slug: str) -> Agent | None:
-    return Agent.objects.filter(tenant=tenant, slug=slug).select_related("tenant").first()

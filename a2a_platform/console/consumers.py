@@ -4,7 +4,7 @@ Messages are small notes (task id, state, seq); the page fetches what it shows
 over HTTP, so the socket never carries agent output.
 
 Access is checked when the socket opens, again when a `member.revoked` note
-names the socket's user (a2a_platform/tenants/signals.py), and again before a
+names the socket's user (a2a_platform/console/signals.py), and again before a
 note is forwarded when the last check is older than RECHECK_SECONDS, for
 changes that sent no signal (a queryset .update(), raw SQL). A socket whose
 user lost the tenant closes with 4403 and forwards nothing more.

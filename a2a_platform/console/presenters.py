@@ -72,6 +72,15 @@ class TimelineEntry:
     text: str = ""
 
 
+def task_rows(tasks) -> list[dict]:
+    """Rows for the list templates; the preview comes from the select_related status message."""
+    rows = []
+    for task in tasks:
+        message = task.status_message
+        rows.append({"task": task, "preview": parts_text(message.parts) if message else ""})
+    return rows
+
+
 def timeline(events) -> list[TimelineEntry]:
     """One line per logged event: what the task's life looked like, in order."""
     entries = []

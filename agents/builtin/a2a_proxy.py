@@ -43,8 +43,8 @@ from a2a.utils.errors import A2AError
 from django.conf import settings
 from google.protobuf.json_format import MessageToDict
 
+from agents.outbound import UrlRefused, url_check
 from agents.registry import ConfigInvalid
-from tasks_app.push import PushUrlRefused, push_url_check
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ def remote_target(config: dict | None) -> RemoteTarget:
     # A tenant admin chooses this URL: the same screening as webhooks keeps the
     # proxy from reaching the platform's own network (SSRF).
     try:
-        push_url_check(url.strip(), allow_private=settings.PROXY_ALLOW_PRIVATE_NETWORKS)
-    except PushUrlRefused as exc:
+        url_check(url.strip(), allow_private=settings.PROXY_ALLOW_PRIVATE_NETWORKS)
+    except UrlRefused as exc:
         raise ProxyConfigError(f'"url" in its config is refused: {exc}') from None
     headers = config.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):

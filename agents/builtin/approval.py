@@ -17,7 +17,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, TaskState
 
 from agents.builtin.history import earlier_user_messages, message_text
-from tasks_app.operator import AUTHORIZATION_KEY
+from agents.registry import AUTHORIZATION_KEY
 
 GRANT_WORDS = {"approve", "approved", "yes", "grant", "granted", "allow", "allowed"}
 DENY_WORDS = {"deny", "denied", "no", "reject", "rejected", "decline", "declined"}

@@ -10,12 +10,13 @@ Three kinds of callers, checked in this order:
   as in the SDK).
 """
 
+from a2a.utils.errors import InvalidParamsError
 from rest_framework.authentication import CSRFCheck
 
-from a2a_platform.oauth import bearer_token_verify, has_bearer_header
-from a2a_platform.tenants.models import Membership
 from agents.models import Agent
 from tasks_app.access import Caller
+from tenants.models import Membership
+from tenants.oauth import bearer_token_verify, has_bearer_header
 
 # Which OAuth2 scope each A2A 1.0 operation needs.
 METHOD_SCOPES = {
@@ -59,6 +60,13 @@ class CallerForbidden(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+def check_tenant(call, request) -> None:
+    """A request that names a tenant (the 1.0 `tenant` field) must name the endpoint's own."""
+    tenant = getattr(request, "tenant", "")
+    if tenant and tenant != call.caller.tenant.slug:
+        raise InvalidParamsError(message=f"tenant '{tenant}' does not match this endpoint's tenant")
 
 
 def www_authenticate(agent: Agent, error: str | None = None) -> str:

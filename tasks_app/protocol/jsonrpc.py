@@ -9,66 +9,39 @@ from a2a.utils.errors import (
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
-    VersionNotSupportedError,
 )
-from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from agents.access import get_enabled_agent
-from agents.cards import public_base_url
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.protocol import legacy, operations
-from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.errors import (
     StoreUnavailable,
     jsonrpc_error,
     jsonrpc_http_status,
     unavailable_headers,
 )
-from tasks_app.protocol.operations import Call
-from tasks_app.protocol.sse import last_event_id, sse_response
+from tasks_app.protocol.http import (
+    CALLER_REFUSED,
+    call_for,
+    check_version_1,
+    find_agent,
+    is_json_content_type,
+    payload_too_large_message,
+    refusal,
+)
+from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
 
 logger = logging.getLogger(__name__)
 
-JSON_CONTENT_TYPES = {"application/json", "application/json-rpc", "application/jsonrequest"}
 
-
-def _is_json_content_type(content_type: str) -> bool:
-    return not content_type or content_type in JSON_CONTENT_TYPES or content_type.endswith("+json")
-
-
-def _sent_version(request) -> str:
-    """The A2A-Version a request names: header, else query parameter; '' when it names none."""
-    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
-    return value.strip()
-
-
-def requested_version(request) -> str:
-    """The A2A-Version of a request: header, else query parameter; missing means 0.3."""
-    return _sent_version(request) or "0.3"
-
-
-def check_version_1(request) -> None:
-    sent = _sent_version(request)
-    version = sent or "0.3"
-    if version.split(".")[0] != "1":
-        hint = "" if sent else " (no A2A-Version header means 0.3)"
-        raise VersionNotSupportedError(
-            message=f"A2A version '{version}'{hint} is not supported for this method; send 'A2A-Version: 1.0'"
-        )
-
-
-def payload_too_large_message() -> str:
-    return f"Payload too large: the request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
-
-
-def error_response(request_id, error: A2AError, status: int = 200) -> JsonResponse:
+def error_response(
+    request_id, error: A2AError, status: int = 200, headers: dict | None = None
+) -> JsonResponse:
     body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
-    return JsonResponse(body, status=status, headers=unavailable_headers(error))
+    return JsonResponse(body, status=status, headers=headers)
 
 
 def _request_id(body) -> str | int | None:
@@ -113,14 +86,14 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         return error_response(None, JSONParseError(message=f"Invalid JSON payload: {exc}"))
     request_id = _request_id(body)
     try:
-        if not _is_json_content_type(request.content_type):
+        if not is_json_content_type(request.content_type):
             raise ContentTypeNotSupportedError(
                 message=f"Content-Type '{request.content_type}' is not supported; send application/json"
             )
         envelope_error = _envelope_error(body)
         if envelope_error:
             raise envelope_error
-        found = await sync_to_async(get_enabled_agent)(tenant, agent)
+        found = await find_agent(tenant, agent)
         if found is None:
             return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
         if body["method"] in legacy.LEGACY_METHODS:
@@ -132,16 +105,10 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         check_version_1(request)
         params = parse_params(body.get("params"), request_type)
         try:
-            caller = await sync_to_async(resolve_caller)(request, found, body["method"])
-        except CallerUnauthenticated as exc:
-            response = error_response(request_id, InvalidRequestError(message=exc.message), 401)
-            response["WWW-Authenticate"] = www_authenticate(found, exc.error)
-            return response
-        except CallerForbidden as exc:
-            response = error_response(request_id, InvalidRequestError(message=exc.message), 403)
-            response["WWW-Authenticate"] = www_authenticate(found, "insufficient_scope")
-            return response
-        call = Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
+            call = await call_for(request, found, body["method"])
+        except CALLER_REFUSED as exc:
+            status, error, challenge = refusal(exc, found)
+            return error_response(request_id, error, status, challenge)
         if streaming:
             events = await operation(call, params)
             return sse_response(
@@ -150,10 +117,11 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         result = await operation(call, params)
         return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
     except A2AError as error:
-        return error_response(request_id, error, jsonrpc_http_status(error))
+        return error_response(request_id, error, jsonrpc_http_status(error), unavailable_headers(error))
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("JSON-RPC request %r: the database is unavailable: %r", request_id, exc)
-        return error_response(request_id, StoreUnavailable(), 503)
+        error = StoreUnavailable()
+        return error_response(request_id, error, 503, unavailable_headers(error))
     except Exception:
         logger.exception("Unhandled error in JSON-RPC request %r", request_id)
         return error_response(request_id, InternalError(message="Internal error"))

@@ -20,9 +20,11 @@ from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
+from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
-from tasks_app.services import message_send, task_cancel, task_get, task_list, task_snapshot
+from tasks_app.selectors import task_list
+from tasks_app.services import message_send, task_cancel, task_get, task_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +36,6 @@ class Call:
     last_event_id: int | None = None
     # Scheme, host and port for URLs in answers (the extended card).
     base_url: str = ""
-    # Draft dialect only: a new task is stored under the client's own id.
-    client_task_id: str | None = None
 
 
 def _history_length(request) -> int | None:
@@ -47,16 +47,11 @@ def _history_length(request) -> int | None:
     return holder.history_length
 
 
-def _check_tenant(call: Call, request) -> None:
-    tenant = getattr(request, "tenant", "")
-    if tenant and tenant != call.caller.tenant.slug:
-        raise InvalidParamsError(message=f"tenant '{tenant}' does not match this endpoint's tenant")
-
-
-async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
-    _check_tenant(call, request)
+async def send_message(call: Call, request: pb.SendMessageRequest, *, send=message_send) -> dict:
+    """SendMessage. `send` stores the message: message_send, or a dialect's wrapper around it."""
+    check_tenant(call, request)
     history_length = _history_length(request)
-    outcome = await _accept(call, request)
+    outcome = await _accept(send, call, request)
     # Accepted means accepted: from here on the stored task is the answer,
     # whatever the channel layer or the database does meanwhile.
     if not request.configuration.return_immediately:
@@ -71,18 +66,21 @@ async def send_message(call: Call, request: pb.SendMessageRequest) -> dict:
         return {"task": outcome.accepted}
 
 
-async def _accept(call: Call, request: pb.SendMessageRequest):
+async def _accept(send, call: Call, request: pb.SendMessageRequest):
     """Store the message (one transaction). A database that cannot be reached stored nothing: 503."""
     try:
-        return await db(message_send, call.caller, request, client_task_id=call.client_task_id)
+        return await db(send, call.caller, request)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("SendMessage refused, the database is unavailable: %r", exc)
         raise StoreUnavailable() from None
 
 
-async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> AsyncIterator:
-    _check_tenant(call, request)
-    outcome = await _accept(call, request)
+async def send_streaming_message(
+    call: Call, request: pb.SendMessageRequest, *, send=message_send
+) -> AsyncIterator:
+    """SendStreamingMessage; `send` as for send_message."""
+    check_tenant(call, request)
+    outcome = await _accept(send, call, request)
     if call.last_event_id is not None:
         log_end = await db(_log_end, outcome.task.pk)
         if call.last_event_id <= log_end:
@@ -98,17 +96,17 @@ async def send_streaming_message(call: Call, request: pb.SendMessageRequest) -> 
 
 
 async def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await db(task_get, call.caller, request.id, history_length=_history_length(request))
 
 
 async def cancel_task(call: Call, request: pb.CancelTaskRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await db(task_cancel, call.caller, request.id)
 
 
 async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> AsyncIterator:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     task = await db(get_task_for_caller, call.caller, request.id)
     if task is None:
         raise TaskNotFoundError()
@@ -161,7 +159,7 @@ DEFAULT_PAGE_SIZE = 50
 
 
 async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
     if page_size < 1 or page_size > MAX_PAGE_SIZE:
         raise InvalidParamsError(message=f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
@@ -189,7 +187,7 @@ async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
 
 
 async def get_extended_agent_card(call: Call, request: pb.GetExtendedAgentCardRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     agent = call.caller.agent
     if agent.is_public:
         raise UnsupportedOperationError(message="This agent declares no extended agent card")

@@ -5,32 +5,26 @@ dict, errors as a2a-sdk exceptions. Bindings dispatch by these method names.
 """
 
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import InvalidParamsError
 from asgiref.sync import sync_to_async
 
+from tasks_app.protocol.auth import check_tenant
 from tasks_app.push import push_config_create, push_config_delete, push_config_get, push_config_list
 
 
-def _check_tenant(call, request) -> None:
-    # Mirrors operations._check_tenant; not imported from there, because operations imports this module.
-    if request.tenant and request.tenant != call.caller.tenant.slug:
-        raise InvalidParamsError(message=f"tenant '{request.tenant}' does not match this endpoint's tenant")
-
-
 async def create_task_push_notification_config(call, request: pb.TaskPushNotificationConfig) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await sync_to_async(push_config_create)(call.caller, request)
 
 
 async def get_task_push_notification_config(call, request: pb.GetTaskPushNotificationConfigRequest) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await sync_to_async(push_config_get)(call.caller, request.task_id, request.id)
 
 
 async def list_task_push_notification_configs(
     call, request: pb.ListTaskPushNotificationConfigsRequest
 ) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     return await sync_to_async(push_config_list)(
         call.caller, request.task_id, page_size=request.page_size, page_token=request.page_token
     )
@@ -39,7 +33,7 @@ async def list_task_push_notification_configs(
 async def delete_task_push_notification_config(
     call, request: pb.DeleteTaskPushNotificationConfigRequest
 ) -> dict:
-    _check_tenant(call, request)
+    check_tenant(call, request)
     await sync_to_async(push_config_delete)(call.caller, request.task_id, request.id)
     return {}
 

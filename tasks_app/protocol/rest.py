@@ -15,20 +15,23 @@ from a2a.utils.errors import (
     InvalidRequestError,
     MethodNotFoundError,
 )
-from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from agents.access import get_enabled_agent
-from agents.cards import public_base_url
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.protocol import operations
-from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.errors import StoreUnavailable, rest_error, unavailable_headers
-from tasks_app.protocol.jsonrpc import _is_json_content_type, check_version_1, payload_too_large_message
-from tasks_app.protocol.operations import Call
-from tasks_app.protocol.sse import last_event_id, sse_response
+from tasks_app.protocol.http import (
+    CALLER_REFUSED,
+    call_for,
+    check_version_1,
+    find_agent,
+    is_json_content_type,
+    payload_too_large_message,
+    refusal,
+)
+from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
 
 logger = logging.getLogger(__name__)
@@ -102,7 +105,7 @@ def _body(request) -> dict:
     raw = request.body  # RequestDataTooBig over the size limit: the endpoint answers 413
     if not raw.strip():
         return {}
-    if not _is_json_content_type(request.content_type):
+    if not is_json_content_type(request.content_type):
         raise ContentTypeNotSupportedError(
             message=f"Content-Type '{request.content_type}' is not supported; send {A2A_JSON}"
         )
@@ -163,21 +166,17 @@ async def rest_endpoint(request, tenant: str, agent: str, rest: str):
             )
         if method_name is None:
             return error_response(MethodNotFoundError(message=f"No A2A operation at '{rest}'"))
-        found = await sync_to_async(get_enabled_agent)(tenant, agent)
+        found = await find_agent(tenant, agent)
         if found is None:
             return error_response(MethodNotFoundError(message="No agent at this URL"))
         check_version_1(request)
         request_type, operation, streaming = operations.METHODS[method_name]
         params = _parse(request, request_type, path_params)
         try:
-            caller = await sync_to_async(resolve_caller)(request, found, method_name)
-        except CallerUnauthenticated as exc:
-            challenge = {"WWW-Authenticate": www_authenticate(found, exc.error)}
-            return error_response(InvalidRequestError(message=exc.message), 401, challenge)
-        except CallerForbidden as exc:
-            challenge = {"WWW-Authenticate": www_authenticate(found, "insufficient_scope")}
-            return error_response(InvalidRequestError(message=exc.message), 403, challenge)
-        call = Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
+            call = await call_for(request, found, method_name)
+        except CALLER_REFUSED as exc:
+            status, error, challenge = refusal(exc, found)
+            return error_response(error, status, challenge)
         if streaming:
             return sse_response(await operation(call, params), lambda payload: payload)
         return JsonResponse(await operation(call, params), content_type=A2A_JSON)

@@ -14,8 +14,8 @@ def demo_agent(stored):
     Tests make their own agents rather than reconfigure the seeded ones, which
     other test files rely on as seeded.
     """
-    from a2a_platform.tenants.models import Tenant
     from agents.models import Agent
+    from tenants.models import Tenant
 
     def make(slug: str, handler: str, config: dict | None = None) -> str:
         Agent.objects.update_or_create(

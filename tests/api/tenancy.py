@@ -16,9 +16,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, set_token_value
 
-from a2a_platform.tenants.models import Application, Membership, Tenant
-from a2a_platform.tenants.services import oauth_client_create
 from agents.models import Agent
+from tenants.models import Application, Membership, Tenant
+from tenants.services import oauth_client_create
 
 ALL_SCOPES = ["a2a:invoke", "a2a:read", "a2a:push", "agents:manage"]
 PASSWORD = "correct horse battery staple"

@@ -14,9 +14,9 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from a2a_platform.tenants.models import AuditEvent, Tenant
 from agents.models import Agent
 from agents.registry import ConfigInvalid, HandlerNotAvailable, validate_handler_config
+from tenants.models import AuditEvent, Tenant
 from tests.api import tenancy
 from tests.api.test_api_isolation import call
 

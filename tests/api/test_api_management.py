@@ -86,7 +86,7 @@ def test_owner_creates_a_client_sees_the_secret_once_and_revokes_it(trio):
     assert client["scopes"] == ["a2a:invoke", "a2a:read"] and client["client_secret"]
     shown = call(trio, "GET", "acme", f"clients/{client['client_id']}/", alice).json()
     assert "client_secret" not in shown
-    from a2a_platform.tenants.models import Application
+    from tenants.models import Application
 
     assert Application.objects.get(client_id=client["client_id"]).client_secret != client["client_secret"]
     creds = tenancy.Client(client["client_id"], client["client_secret"])

@@ -33,7 +33,7 @@ def test_the_docs_page_loads_its_assets_from_the_platform(trio):
 
 
 def test_a_schema_driven_fuzz_run_finds_no_server_error(trio, tmp_path):
-    from a2a_platform.tenants.models import Membership, Tenant
+    from tenants.models import Membership, Tenant
 
     # A tenant of its own, so fuzzed deletes and revokes touch nothing the other tests use.
     fuzz, _ = Tenant.objects.get_or_create(slug="fuzz", defaults={"name": "Fuzz"})
@@ -58,7 +58,7 @@ def test_a_schema_driven_fuzz_run_finds_no_server_error(trio, tmp_path):
     assert found and found.group(1) == found.group(2) and int(found.group(1)) > 100, output[-3000:]
     # The run was authenticated throughout: nothing it did took the token's access away.
     still = httpx.get(f"{trio.base_url}/api/v1/tenants/fuzz/", headers=trio.auth(token), timeout=30)
-    from a2a_platform.tenants.models import AuditEvent
+    from tenants.models import AuditEvent
 
     happened = list(AuditEvent.objects.filter(tenant=fuzz).values_list("action", "target_id"))
     assert still.status_code == 200, (still.text, happened)
@@ -71,7 +71,7 @@ def _fuzz_token(trio, tenant) -> str:
     from django.utils import timezone
     from oauth2_provider.models import AccessToken, set_token_value
 
-    from a2a_platform.tenants.services import oauth_client_create
+    from tenants.services import oauth_client_create
 
     # alice's token from an interactive client of the fuzz tenant: a person, so every endpoint is open.
     app, _ = oauth_client_create(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from a2a_platform.tenants.models import Membership, Tenant
 from agents.models import Agent
+from tenants.models import Membership, Tenant
 from tests.live import ROOT
 
 # The same password as the API tests' trio: both suites make these users, whichever runs first.

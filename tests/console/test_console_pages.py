@@ -5,8 +5,8 @@ import uuid
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from a2a_platform.tenants.models import Application
 from agents.models import Agent
+from tenants.models import Application
 from tests.conftest import user_message
 from tests.console.conftest import PASSWORD, orm, screenshot
 

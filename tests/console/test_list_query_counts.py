@@ -12,9 +12,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from a2a_platform.tenants.models import Membership, Tenant
 from agents.models import Agent
 from tasks_app.models import Context, Message, Task, TaskState
+from tenants.models import Membership, Tenant
 from tests.console.conftest import orm
 from tests.live import ROOT
 

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from a2a_platform.console.consumers import CLOSE_REVOKED, RECHECK_SECONDS
-from a2a_platform.tenants.models import AuditEvent, Membership, Tenant
+from tenants.models import AuditEvent, Membership, Tenant
 from tests.conftest import user_message
 from tests.console.conftest import PASSWORD, orm, wait_live
 

@@ -105,7 +105,7 @@ def test_token_revoked_at_the_revocation_endpoint_is_refused(trio):
 
 
 def test_client_credentials_token_gets_only_the_clients_allowed_scopes(trio, stored):
-    from a2a_platform.tenants.services import oauth_client_create
+    from tenants.services import oauth_client_create
 
     app, secret = oauth_client_create(
         tenant=trio.tenants["acme"], actor="system:test", name="reader", scopes=["a2a:read"]
@@ -135,7 +135,7 @@ def _pkce() -> tuple[str, str]:
 def _authorize(trio, username: str, client_id: str, challenge: str) -> httpx.Response:
     from django.test import Client
 
-    from a2a_platform.tenants.models import Application
+    from tenants.models import Application
 
     # The consent screen is DOT's; this client is trusted, so the code comes at once.
     Application.objects.filter(client_id=client_id).update(skip_authorization=True)

@@ -69,8 +69,8 @@ def test_agent_card_revalidation_follows_rfc_9110(server, path):
 
 
 def test_a_changed_card_is_sent_again_to_if_modified_since(server, stored):
-    from a2a_platform.tenants.models import Tenant
     from agents.models import Agent
+    from tenants.models import Tenant
 
     agent, _ = Agent.objects.update_or_create(
         tenant=Tenant.objects.get(slug="demo"),

@@ -123,7 +123,7 @@ def test_banner_names_the_real_database_and_worker_and_lines_up_the_agents(db_se
 def test_banner_descriptions_of_each_deployment():
     from django.test import override_settings
 
-    from a2a_platform.tenants.management.commands.serve import database_description, worker_description
+    from a2a_platform.management.commands.serve import database_description, worker_description
 
     postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "a2a", "HOST": "db.internal", "PORT": 5432}
     postgres["USER"], postgres["PASSWORD"] = "app", "s3cret"

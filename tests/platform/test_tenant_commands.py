@@ -26,8 +26,8 @@ def manage(db_settings, *args: str, stdin: str | None = None) -> subprocess.Comp
 
 
 def test_commands_set_up_a_tenant_whose_client_calls_its_authenticated_agent(trio, db_settings):
-    from a2a_platform.tenants.models import Application, AuditEvent, Membership
     from agents.models import Agent
+    from tenants.models import Application, AuditEvent, Membership
 
     slug = f"cli-{uuid.uuid4().hex[:6]}"
     created = manage(db_settings, "tenant", "create", slug, "--name", "Made by CLI")
@@ -111,9 +111,9 @@ def test_commands_refuse_bad_input_with_a_message(trio, db_settings):
 
 
 def test_the_seed_makes_secure_echo_and_a_demo_client_once(stored):
-    from a2a_platform.tenants.models import Application
-    from a2a_platform.tenants.seed import DEMO_CLIENT_NAME, seed_demo
+    from a2a_platform.seed import DEMO_CLIENT_NAME, seed_demo
     from agents.models import Agent
+    from tenants.models import Application
 
     again = seed_demo()
     assert again.demo_client_secret is None and again.demo_client_id

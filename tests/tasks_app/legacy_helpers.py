@@ -54,8 +54,8 @@ def stored_counts() -> tuple[int, ...]:
 
 def other_tenant_echo():
     """A second tenant with its own public `echo` agent: same URL shape, different tenant."""
-    from a2a_platform.tenants.models import Tenant
     from agents.models import Agent
+    from tenants.models import Tenant
 
     tenant, _ = Tenant.objects.get_or_create(slug="globex", defaults={"name": "Globex"})
     Agent.objects.get_or_create(

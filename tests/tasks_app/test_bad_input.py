@@ -243,7 +243,7 @@ def test_draft_errors_name_the_clients_own_task_id(server, stored):
     send = {"id": task_id, "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
     created = json.loads(rpc_raw(server, envelope("tasks/send", send)).text)["result"]
     assert created["id"] == task_id and created["status"]["state"] == "completed"
-    internal_id = str(Task.objects.get(client_task_id=task_id).pk)
+    internal_id = str(Task.objects.get(draft_alias__client_task_id=task_id).pk)
     again = rpc_error(rpc_raw(server, envelope("tasks/send", send)))
     cancel = rpc_error(rpc_raw(server, envelope("tasks/cancel", {"id": task_id})))
     assert (again["code"], cancel["code"]) == (-32004, -32002)

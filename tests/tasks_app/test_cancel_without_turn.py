@@ -14,10 +14,10 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
 from tasks_app.models import Message, Task
 from tasks_app.turns import DiscardingEventQueue, _cancel_agent, agent_cancel
+from tenants.models import Tenant
 from tests.agents.conftest import new_id
 from tests.conftest import user_message
 

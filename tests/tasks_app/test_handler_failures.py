@@ -1,7 +1,7 @@
 import uuid
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
+from tenants.models import Tenant
 from tests.conftest import user_message
 
 

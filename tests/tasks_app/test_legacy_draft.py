@@ -95,7 +95,7 @@ def test_the_seed_send_completes_under_the_clients_task_id(server, stored):
     assert sent["parts"][1] == SEED_SEND["params"]["message"]["parts"][1]
     assert sent["parts"][2] == SEED_SEND["params"]["message"]["parts"][2]
     # Stored as A2A 1.0 parts under our own UUID, with the client's id beside it.
-    row = Task.objects.get(agent__slug="echo", client_task_id="task-2024-0715-001")
+    row = Task.objects.get(agent__slug="echo", draft_alias__client_task_id="task-2024-0715-001")
     assert row.context.context_id == "session-abc123"
     parts = row.messages.get(role="user").parts
     assert parts[1]["data"]["targetLanguage"] == "zh"
@@ -118,7 +118,8 @@ def test_the_seed_send_completes_under_the_clients_task_id(server, stored):
 
     again = post(server, "tasks/send", SEED_SEND["params"], request_id="req-again")
     assert again["error"]["code"] == -32004
-    assert Task.objects.filter(agent__slug="echo", client_task_id="task-2024-0715-001").count() == 1
+    rows = Task.objects.filter(agent__slug="echo", draft_alias__client_task_id="task-2024-0715-001")
+    assert rows.count() == 1
 
 
 def test_the_seed_send_subscribe_streams_status_and_artifact_events(server, stored):
@@ -159,7 +160,7 @@ def test_the_seed_input_required_round_trip(server, stored):
     text = second["artifacts"][0]["parts"][0]["text"]
     assert "Agent 部署在集群上" in text and "请将以下英文技术报告翻译为中文" in text
     # One task, two user messages: the follow-up continued it.
-    row = Task.objects.get(agent__slug="clarify", client_task_id="task-2024-0715-001")
+    row = Task.objects.get(agent__slug="clarify", draft_alias__client_task_id="task-2024-0715-001")
     assert row.messages.filter(role="user").count() == 2
 
 
@@ -192,7 +193,7 @@ def test_a_uuid_shaped_client_id_is_still_the_clients(server, stored):
     task = post(server, "tasks/send", text_send(task_id, "uuid"))["result"]
     assert task["id"] == task_id
     assert post(server, "tasks/get", {"id": task_id})["result"]["id"] == task_id
-    assert str(Task.objects.get(client_task_id=task_id).pk) != task_id
+    assert str(Task.objects.get(draft_alias__client_task_id=task_id).pk) != task_id
 
 
 def test_resubscribe_to_a_running_draft_task(server, stored):
@@ -269,7 +270,7 @@ def test_another_tenants_agent_cannot_see_or_take_over_the_task(server, stored):
     assert "globex's" in theirs["artifacts"][0]["parts"][0]["text"]
     ours = post(server, "tasks/get", {"id": task_id})["result"]
     assert "demo's" in ours["artifacts"][0]["parts"][0]["text"]
-    assert Task.objects.filter(client_task_id=task_id).count() == 2
+    assert Task.objects.filter(draft_alias__client_task_id=task_id).count() == 2
 
 
 GOOD = text_send("bad-input-task", "x")

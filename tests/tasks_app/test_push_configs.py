@@ -7,10 +7,11 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from django.test import override_settings
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
+from agents.outbound import UrlRefused, url_check
 from tasks_app.models import PushConfig, Task
-from tasks_app.push import PushUrlRefused, push_config_clean, push_url_check
+from tasks_app.push import push_config_clean
+from tenants.models import Tenant
 from tests.conftest import user_message
 
 HOOK = "http://127.0.0.1:9/hook"
@@ -179,28 +180,28 @@ def test_deleting_the_task_deletes_its_configs(rpc, stored):
     ],
 )
 def test_private_and_special_addresses_are_refused_by_default(url):
-    with pytest.raises(PushUrlRefused, match="only sent to public addresses"):
-        push_url_check(url, allow_private=False)
+    with pytest.raises(UrlRefused, match="only sent to public addresses"):
+        url_check(url, allow_private=False)
 
 
 def test_private_networks_setting_allows_loopback_but_never_metadata():
-    target = push_url_check("http://127.0.0.1:8080/hook", allow_private=True)
+    target = url_check("http://127.0.0.1:8080/hook", allow_private=True)
     assert target.address == "127.0.0.1"
     assert str(target.pinned_url) == "http://127.0.0.1:8080/hook"
-    with pytest.raises(PushUrlRefused, match="metadata"):
-        push_url_check("http://169.254.169.254/", allow_private=True)
+    with pytest.raises(UrlRefused, match="metadata"):
+        url_check("http://169.254.169.254/", allow_private=True)
 
 
 def test_a_public_address_is_accepted_and_pinned():
-    target = push_url_check("https://1.1.1.1:8443/hooks?x=1", allow_private=False)
+    target = url_check("https://1.1.1.1:8443/hooks?x=1", allow_private=False)
     assert target.address == "1.1.1.1"
     assert str(target.pinned_url) == "https://1.1.1.1:8443/hooks?x=1"
 
 
 @pytest.mark.parametrize("url", ["gopher://example.com/", "ftp://1.1.1.1/", "javascript:alert(1)"])
 def test_schemes_other_than_http_are_refused(url):
-    with pytest.raises(PushUrlRefused, match="scheme"):
-        push_url_check(url, allow_private=True)
+    with pytest.raises(UrlRefused, match="scheme"):
+        url_check(url, allow_private=True)
 
 
 def test_a_loopback_webhook_is_an_invalid_params_error_when_private_networks_are_off():

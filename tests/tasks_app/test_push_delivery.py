@@ -7,9 +7,9 @@ import uuid
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import ParseDict
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
 from tasks_app.models import PushDelivery, TaskEvent
+from tenants.models import Tenant
 from tests.conftest import user_message
 from tests.tasks_app.webhooks import new_path
 

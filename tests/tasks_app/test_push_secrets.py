@@ -23,11 +23,11 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
 from tasks_app.fields import PREFIX, Undecryptable, decrypt
 from tasks_app.models import PushConfig, PushDelivery, Task
 from tasks_app.push import UNDECRYPTABLE_ERROR
+from tenants.models import Tenant
 from tests.conftest import user_message
 from tests.tasks_app.webhooks import new_path
 

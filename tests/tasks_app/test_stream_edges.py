@@ -29,8 +29,8 @@ CLOSES_WITHIN = 10.0
 @pytest.fixture(scope="module")
 def slow(stored) -> str:
     """A progress agent that takes long enough to be running while a test looks at it."""
-    from a2a_platform.tenants.models import Tenant
     from agents.models import Agent
+    from tenants.models import Tenant
 
     Agent.objects.update_or_create(
         tenant=Tenant.objects.get(slug="demo"),

@@ -5,8 +5,8 @@ import uuid
 
 import httpx
 
-from a2a_platform.tenants.models import Tenant
 from agents.models import Agent
+from tenants.models import Tenant
 from tests.conftest import user_message
 
 # Turns a worker (or the embedded default) runs at once.
@@ -15,7 +15,9 @@ WORKER_THREADS = 8
 
 def _agent(slug: str, handler: str, **fields) -> None:
     Agent.objects.update_or_create(
-        tenant=Tenant.objects.get(slug="demo"), slug=slug, defaults={"name": slug, "handler": handler, **fields}
+        tenant=Tenant.objects.get(slug="demo"),
+        slug=slug,
+        defaults={"name": slug, "handler": handler, **fields},
     )
 
 
@@ -50,7 +52,9 @@ def test_cancel_stops_an_agent_that_swallows_cancellation_and_frees_its_worker(r
         canceled = rpc("CancelTask", {"id": task_id}, agent="stubborn")["result"]
         assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
     started = time.monotonic()
-    echo = rpc("SendMessage", user_message("anyone free?", f"after-stubborn-{uuid.uuid4()}"))["result"]["task"]
+    echo = rpc("SendMessage", user_message("anyone free?", f"after-stubborn-{uuid.uuid4()}"))["result"][
+        "task"
+    ]
     assert echo["status"]["state"] == "TASK_STATE_COMPLETED"
     # Stopped by force within 10 s: the worker threads were free again.
     assert time.monotonic() - started < 15

@@ -5,10 +5,10 @@ from rest_framework.response import Response
 
 from a2a_platform.api.serializers import AgentCardOutput, AgentCreateInput, AgentOutput, AgentUpdateInput
 from a2a_platform.api.views.base import TenantView
-from a2a_platform.tenants.access import get_agent_for_tenant
-from a2a_platform.tenants.services import agent_delete, agent_register, agent_update
+from agents.access import get_agent_for_tenant
 from agents.cards import card_dict, public_base_url
 from agents.models import Agent
+from agents.services import agent_delete, agent_register, agent_update
 
 
 class AgentView(TenantView):

@@ -4,7 +4,7 @@ from rest_framework.response import Response
 
 from a2a_platform.api.serializers import AuditEventOutput
 from a2a_platform.api.views.base import TenantView
-from a2a_platform.tenants.models import AuditEvent, Membership
+from tenants.models import AuditEvent, Membership
 
 
 class AuditListQuery(serializers.Serializer):

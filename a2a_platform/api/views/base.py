@@ -9,7 +9,8 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS
 
 from a2a_platform.api.access import Admin, IsAuthenticatedPrincipal, admin_resolve
-from a2a_platform.tenants.models import Membership
+from tasks_app.operator import TaskConflict
+from tenants.models import Membership
 
 
 class Conflict(APIException):
@@ -47,13 +48,15 @@ class TenantView(GenericAPIView):
             raise PermissionDenied("This needs a person's credentials (a session or an interactive token)")
 
     def handle_exception(self, exc):
-        # Services speak Django and A2A; the API answers 400 and 409.
+        # Services speak Django, A2A and the operator's TaskConflict; the API answers 400 and 409.
         if isinstance(exc, DjangoValidationError):
             exc = ValidationError(
                 exc.message_dict if hasattr(exc, "message_dict") else {"detail": exc.messages}
             )
         elif isinstance(exc, A2AError):
             exc = Conflict(exc.message)
+        elif isinstance(exc, TaskConflict):
+            exc = Conflict(str(exc))
         return super().handle_exception(exc)
 
     def paginated(self, queryset, serializer_class):

@@ -5,9 +5,9 @@ from rest_framework.response import Response
 
 from a2a_platform.api.serializers import OAuthClientCreatedOutput, OAuthClientCreateInput, OAuthClientOutput
 from a2a_platform.api.views.base import TenantView
-from a2a_platform.tenants.access import get_oauth_client_for_tenant
-from a2a_platform.tenants.models import Application, Membership
-from a2a_platform.tenants.services import oauth_client_create, oauth_client_revoke
+from tenants.access import get_oauth_client_for_tenant
+from tenants.models import Application, Membership
+from tenants.services import oauth_client_create, oauth_client_revoke
 
 
 class ClientView(TenantView):

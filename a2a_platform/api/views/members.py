@@ -6,9 +6,9 @@ from rest_framework.response import Response
 
 from a2a_platform.api.serializers import MemberAddInput, MemberOutput, MemberUpdateInput
 from a2a_platform.api.views.base import TenantView
-from a2a_platform.tenants.access import get_membership_for_tenant
-from a2a_platform.tenants.models import Membership
-from a2a_platform.tenants.services import membership_remove, membership_set
+from tenants.access import get_membership_for_tenant
+from tenants.models import Membership
+from tenants.services import membership_remove, membership_set
 
 
 class MemberView(TenantView):

@@ -3,12 +3,13 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from a2a_platform.api.serializers import TaskAnswerInput, TaskDetailOutput, TaskListQuery, TaskOutput
-from a2a_platform.api.views.base import Conflict, TenantView
-from a2a_platform.tenants.access import get_task_for_tenant
-from a2a_platform.tenants.models import Membership
-from tasks_app.models import Task, TaskState
+from a2a_platform.api.views.base import TenantView
+from tasks_app.access import get_task_for_tenant
+from tasks_app.models import Task
 from tasks_app.operator import operator_answer, operator_authorize, operator_cancel
+from tasks_app.selectors import tasks_matching, tenant_tasks
 from tasks_app.services import task_snapshot
+from tenants.models import Membership
 
 
 class TaskView(TenantView):
@@ -26,10 +27,6 @@ class TaskView(TenantView):
         task.refresh_from_db()
         return Response(TaskDetailOutput({**_row(task), "task": task_snapshot(task.pk)}).data)
 
-    def require_state(self, task: Task, state: str) -> None:
-        if task.state != state:
-            raise Conflict(f"The task is {task.state}, not {state}")
-
 
 def _row(task: Task) -> dict:
     return {name: getattr(task, name) for name in ("id", "agent", "context", "state", "owner")} | {
@@ -45,18 +42,7 @@ class TaskListView(TaskView):
     def get(self, request, tenant):
         query = TaskListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        filters = query.validated_data
-        tasks = Task.objects.select_related("agent", "context").filter(tenant=self.admin.tenant)
-        if "state" in filters:
-            tasks = tasks.filter(state=filters["state"])
-        if "agent" in filters:
-            tasks = tasks.filter(agent__slug=filters["agent"])
-        if "context_id" in filters:
-            tasks = tasks.filter(context__context_id=filters["context_id"])
-        if "owner" in filters:
-            tasks = tasks.filter(owner=filters["owner"])
-        if "updated_after" in filters:
-            tasks = tasks.filter(updated_at__gt=filters["updated_after"])
+        tasks = tasks_matching(tenant_tasks(self.admin.tenant), **query.validated_data)
         return self.paginated(tasks.order_by("-status_timestamp", "-pk"), TaskOutput)
 
 
@@ -84,7 +70,6 @@ class TaskAnswerView(TaskView):
         task = self.get_task(task_id)
         data = TaskAnswerInput(data=request.data)
         data.is_valid(raise_exception=True)
-        self.require_state(task, TaskState.INPUT_REQUIRED)
         operator_answer(task, self.admin.user, data.validated_data["text"])
         return self.detail(task)
 
@@ -97,7 +82,6 @@ class TaskGrantView(TaskView):
     )
     def post(self, request, tenant, task_id):
         task = self.get_task(task_id)
-        self.require_state(task, TaskState.AUTH_REQUIRED)
         operator_authorize(task, self.admin.user, granted=self.granted)
         return self.detail(task)
 

@@ -8,11 +8,12 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from a2a_platform.console.access import Role, get_agent_for_tenant, tenant_view
+from a2a_platform.console.access import Role, tenant_view
 from a2a_platform.console.forms import AgentForm
 from a2a_platform.console.views.base import actor, render_console
-from a2a_platform.tenants.services import agent_register, agent_update
+from agents.access import get_agent_for_tenant
 from agents.cards import agent_url, card_dict, public_base_url
+from agents.services import agent_register, agent_update
 
 # What the form hands to the services besides the slug (fixed at registration).
 AGENT_FORM_FIELDS = ("name", "handler", "description", "version", "visibility", "enabled", "skills", "config")

@@ -7,8 +7,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from a2a_platform.console.access import Role, tenant_view
 from a2a_platform.console.forms import ClientForm
 from a2a_platform.console.views.base import actor, render_console
-from a2a_platform.tenants.models import Application
-from a2a_platform.tenants.services import oauth_client_create, oauth_client_revoke
+from tenants.models import Application
+from tenants.services import oauth_client_create, oauth_client_revoke
 
 
 @require_GET

@@ -4,9 +4,10 @@ from django.db.models import Count
 from django.views.decorators.http import require_GET
 
 from a2a_platform.console.access import Role, tenant_view
+from a2a_platform.console.presenters import task_rows
 from a2a_platform.console.views.base import render_console
-from a2a_platform.console.views.tasks import _listing, _task_rows
 from tasks_app.models import TaskState
+from tasks_app.selectors import tasks_matching, tenant_tasks
 
 RECENT_FAILURES = 10
 
@@ -16,14 +17,15 @@ RECENT_FAILURES = 10
 def dashboard(request):
     tenant = request.console.tenant
     by_state = dict(tenant.tasks.values_list("state").annotate(n=Count("pk")).order_by())
-    failures = _listing(tenant).filter(state=TaskState.FAILED).order_by("-status_timestamp")[:RECENT_FAILURES]
+    failures = tasks_matching(tenant_tasks(tenant), state=TaskState.FAILED).order_by("-status_timestamp")
+    failures = failures[:RECENT_FAILURES]
     return render_console(
         request,
         "console/dashboard.html",
         {
             "states": [(value, label, by_state.get(value, 0)) for value, label in TaskState.choices],
             "total": sum(by_state.values()),
-            "failures": _task_rows(failures),
+            "failures": task_rows(failures),
             "agent_count": tenant.agents.count(),
         },
     )

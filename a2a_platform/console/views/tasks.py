@@ -4,24 +4,22 @@ import base64
 import binascii
 import re
 
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from django.apps import apps
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from a2a_platform.console.access import Role, get_task_for_tenant, tenant_view
-from a2a_platform.console.presenters import STATE_LABELS, part_views, parts_text, timeline
+from a2a_platform.console.access import Role, tenant_view
+from a2a_platform.console.presenters import STATE_LABELS, part_views, task_rows, timeline
 from a2a_platform.console.views.base import render_console
 from agents.models import Agent
-from tasks_app.access import parse_task_uuid
+from tasks_app.access import get_task_for_tenant
 from tasks_app.models import Artifact, Message, TaskState
-from tasks_app.operator import operator_answer, operator_authorize, operator_cancel
+from tasks_app.operator import TaskConflict, operator_answer, operator_authorize, operator_cancel
+from tasks_app.selectors import tasks_matching, tenant_tasks
 
 MAX_ANSWER_CHARS = 10_000
 # Files an agent sent may be opened inline only as these types; anything else downloads.
@@ -32,46 +30,24 @@ QUEUES = {
 }
 
 
-def _task_rows(tasks):
-    """Rows for the list templates; the preview comes from the select_related status message."""
-    rows = []
-    for task in tasks:
-        message = task.status_message
-        rows.append({"task": task, "preview": parts_text(message.parts) if message else ""})
-    return rows
-
-
-def _listing(tenant):
-    return tenant.tasks.select_related("agent", "context", "status_message")
-
-
 @require_GET
 @tenant_view()
 def task_list(request):
     tenant = request.console.tenant
-    tasks = _listing(tenant)
     filters = {
         "agent": request.GET.get("agent", "").strip(),
         "state": request.GET.get("state", "").strip(),
         "context": request.GET.get("context", "").strip(),
         "q": request.GET.get("q", "").strip(),
     }
-    if filters["agent"]:
-        tasks = tasks.filter(agent__slug=filters["agent"])
-    if filters["state"] in STATE_LABELS:
-        tasks = tasks.filter(state=filters["state"])
-    if filters["context"]:
-        tasks = tasks.filter(context__context_id=filters["context"])
-    if filters["q"]:
-        text = filters["q"]
-        # Subqueries, not joins: a task with many matching messages stays one row.
-        match = Exists(Message.objects.filter(task=OuterRef("pk"), parts__icontains=text)) | Exists(
-            Artifact.objects.filter(task=OuterRef("pk"), parts__icontains=text)
-        )
-        task_pk = parse_task_uuid(text)
-        if task_pk is not None:
-            match |= Q(pk=task_pk)
-        tasks = tasks.filter(match)
+    tasks = tasks_matching(
+        tenant_tasks(tenant),
+        agent=filters["agent"],
+        # An unknown state in the URL lists every task, as no filter does.
+        state=filters["state"] if filters["state"] in STATE_LABELS else "",
+        context_id=filters["context"],
+        text=filters["q"],
+    )
     page = Paginator(tasks.order_by("-updated_at", "pk"), settings.CONSOLE_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
@@ -82,7 +58,7 @@ def task_list(request):
         "console/tasks/list.html",
         {
             "page": page,
-            "rows": _task_rows(page.object_list),
+            "rows": task_rows(page.object_list),
             "filters": filters,
             "query": query.urlencode(),
             "agents": Agent.objects.filter(tenant=tenant).order_by("name").values_list("slug", "name"),
@@ -97,12 +73,14 @@ def task_queue(request, queue: str):
     if queue not in QUEUES:
         raise Http404()
     state, title = QUEUES[queue]
-    tasks = _listing(request.console.tenant).filter(state=state).order_by("status_timestamp", "pk")
+    tasks = tasks_matching(tenant_tasks(request.console.tenant), state=state).order_by(
+        "status_timestamp", "pk"
+    )
     page = Paginator(tasks, settings.CONSOLE_PAGE_SIZE).get_page(request.GET.get("page"))
     return render_console(
         request,
         "console/tasks/queue.html",
-        {"page": page, "rows": _task_rows(page.object_list), "queue": queue, "title": title},
+        {"page": page, "rows": task_rows(page.object_list), "queue": queue, "title": title},
     )
 
 
@@ -120,9 +98,7 @@ def _push_deliveries(task):
 @require_GET
 @tenant_view()
 def task_detail(request, task_id):
-    task = get_task_for_tenant(request.console.tenant, task_id)
-    if task is None:
-        raise Http404("No such task")
+    task = _task_or_404(request, task_id)
     conversation = [
         {"message": message, "parts": part_views(message.parts)}
         for message in task.messages.order_by("created_at", "pk")
@@ -145,8 +121,8 @@ def task_detail(request, task_id):
     )
 
 
-def _locked_task_or_404(request, task_id):
-    task = get_task_for_tenant(request.console.tenant, task_id, for_update=True)
+def _task_or_404(request, task_id):
+    task = get_task_for_tenant(request.console.tenant, task_id)
     if task is None:
         raise Http404("No such task")
     return task
@@ -167,18 +143,13 @@ def task_answer(request, task_id):
     if not text or len(text) > MAX_ANSWER_CHARS:
         messages.error(request, f"Write an answer (1 to {MAX_ANSWER_CHARS} characters).")
         return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
-    # The row lock makes a second operator wait for the first, then see the new state.
-    with transaction.atomic():
-        task = _locked_task_or_404(request, task_id)
-        if task.state != TaskState.INPUT_REQUIRED:
-            _no_longer_waiting(request, task, "answered")
-        else:
-            try:
-                operator_answer(task, request.user, text)
-            except UnsupportedOperationError:
-                _no_longer_waiting(request, task, "answered")
-            else:
-                messages.success(request, "Answer sent. The agent is working on it.")
+    task = _task_or_404(request, task_id)
+    try:
+        operator_answer(task, request.user, text)
+    except TaskConflict as refused:
+        _no_longer_waiting(request, refused.task, "answered")
+    else:
+        messages.success(request, "Answer sent. The agent is working on it.")
     return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
 
 
@@ -189,32 +160,27 @@ def task_authorize(request, task_id):
     if decision not in ("grant", "deny"):
         messages.error(request, "Choose grant or deny.")
         return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
-    with transaction.atomic():
-        task = _locked_task_or_404(request, task_id)
-        if task.state != TaskState.AUTH_REQUIRED:
-            _no_longer_waiting(request, task, "decided")
-        else:
-            try:
-                operator_authorize(task, request.user, granted=decision == "grant")
-            except UnsupportedOperationError:
-                _no_longer_waiting(request, task, "decided")
-            else:
-                word = "granted" if decision == "grant" else "denied"
-                messages.success(request, f"Authorization {word}.")
+    task = _task_or_404(request, task_id)
+    try:
+        operator_authorize(task, request.user, granted=decision == "grant")
+    except TaskConflict as refused:
+        _no_longer_waiting(request, refused.task, "decided")
+    else:
+        word = "granted" if decision == "grant" else "denied"
+        messages.success(request, f"Authorization {word}.")
     return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
 
 
 @require_POST
 @tenant_view(Role.OPERATOR)
 def task_cancel(request, task_id):
-    with transaction.atomic():
-        task = _locked_task_or_404(request, task_id)
-        try:
-            operator_cancel(task, request.user)
-        except (TaskNotCancelableError, TaskNotFoundError):
-            messages.error(request, f"This task is already {task.get_state_display().lower()}.")
-        else:
-            messages.success(request, "Task canceled.")
+    task = _task_or_404(request, task_id)
+    try:
+        operator_cancel(task, request.user)
+    except TaskConflict as refused:
+        messages.error(request, f"This task is already {refused.task.get_state_display().lower()}.")
+    else:
+        messages.success(request, "Task canceled.")
     return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
 
 

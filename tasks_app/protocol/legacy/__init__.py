@@ -6,20 +6,20 @@ whatever its A2A-Version header says. Which dialect answers:
 - `message/*`, `tasks/pushNotificationConfig/*`, `agent/getAuthenticatedExtendedCard`: 0.3.
 - `tasks/send`, `tasks/sendSubscribe`, `tasks/pushNotification/*`: the draft.
 - `tasks/get`, `tasks/cancel`, `tasks/resubscribe` exist in both with the same
-  params. The task decides: one created by a draft client (it has a
-  client_task_id) is answered in the draft shape, every other one in 0.3.
+  params. The task decides: one created by a draft client (it has a draft id,
+  common.draft_id) is answered in the draft shape, every other one in 0.3.
 """
 
 import logging
 
 from a2a.compat.v0_3 import types as types_v03
-from a2a.utils.errors import A2AError, InternalError, InvalidRequestError, TaskNotFoundError
+from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse
 
-from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, www_authenticate
+from tasks_app.protocol.http import CALLER_REFUSED, refusal
 from tasks_app.protocol.legacy import draft, v03
-from tasks_app.protocol.legacy.common import Exchange, find_task, parse_model
+from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +48,9 @@ async def dispatch(request, body: dict, agent, request_id) -> JsonResponse:
         if method in SHARED_TASK_METHODS:
             return await _task_method(ex)
         return await dialect.HANDLERS[method](ex)
-    except CallerUnauthenticated as exc:
-        response = ex.error(InvalidRequestError(message=exc.message), 401)
-        response["WWW-Authenticate"] = www_authenticate(agent, exc.error)
-        return response
-    except CallerForbidden as exc:
-        response = ex.error(InvalidRequestError(message=exc.message), 403)
-        response["WWW-Authenticate"] = www_authenticate(agent, "insufficient_scope")
-        return response
+    except CALLER_REFUSED as exc:
+        status, error, challenge = refusal(exc, agent)
+        return ex.error(error, status, challenge)
     except A2AError as error:
         return ex.error(error)
     except Exception:
@@ -71,6 +66,6 @@ async def _task_method(ex: Exchange):
     if task is None:
         raise TaskNotFoundError()
     ex.show_client_id(task)
-    dialect = draft if task.client_task_id else v03
+    dialect = draft if draft_id(task) else v03
     ex.error_codes = dialect.ERROR_CODES
     return await dialect.TASK_HANDLERS[ex.method](ex, call, task, params)

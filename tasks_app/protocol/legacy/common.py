@@ -1,5 +1,8 @@
 """What the 0.3 and draft dialects share: operation calls, task lookup, errors, SSE framing.
 
+Task lookup knows the draft dialect's client-chosen ids (DraftTaskAlias): a
+mapping that lives here and in draft.py only, never in the 1.0 core.
+
 Both dialects translate their requests to A2A 1.0 protos, run the 1.0
 operations from operations.METHODS and translate the results back; nothing
 here decides anything the 1.0 operations do not.
@@ -11,19 +14,17 @@ from dataclasses import dataclass, field
 
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError, InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
-from asgiref.sync import sync_to_async
 from django.http import JsonResponse
 from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 
-from agents.cards import public_base_url
 from tasks_app.access import get_task_for_caller, tasks_visible_to
 from tasks_app.events import HEARTBEAT
-from tasks_app.models import Artifact, Task
+from tasks_app.models import Artifact, DraftTaskAlias, Task
 from tasks_app.protocol import operations
-from tasks_app.protocol.auth import resolve_caller
+from tasks_app.protocol.http import call_for
 from tasks_app.protocol.operations import Call
-from tasks_app.protocol.sse import last_event_id, sse_response
+from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import check_request, check_text, parse_dict
 
 logger = logging.getLogger(__name__)
@@ -46,22 +47,20 @@ class Exchange:
 
     def show_client_id(self, task: Task) -> None:
         """Errors about this task name it by the client's own id (a draft task's), not our UUID."""
-        if task.client_task_id:
-            self.task_aliases[str(task.pk)] = task.client_task_id
+        if draft_id(task):
+            self.task_aliases[str(task.pk)] = draft_id(task)
 
     async def call(self, method: str) -> Call:
         """The Call for the 1.0 operation `method` (its scope decides what the caller needs)."""
-        caller = await sync_to_async(resolve_caller)(self.request, self.agent, method)
-        return Call(
-            caller=caller, last_event_id=last_event_id(self.request), base_url=public_base_url(self.request)
-        )
+        return await call_for(self.request, self.agent, method)
 
     def result(self, result) -> JsonResponse:
         return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
-    def error(self, error: A2AError, status: int = 200) -> JsonResponse:
+    def error(self, error: A2AError, status: int = 200, headers: dict | None = None) -> JsonResponse:
         error = legacy_error(error, self.error_codes, self.task_aliases)
-        return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "error": error}, status=status)
+        body = {"jsonrpc": "2.0", "id": self.request_id, "error": error}
+        return JsonResponse(body, status=status, headers=headers)
 
     def stream(self, items: AsyncIterator, event_name: Callable[[dict], str | None] | None = None):
         """SSE of (seq, {"result": ...}) items; an error after the first event ends it with an error frame."""
@@ -124,11 +123,12 @@ def has_operation(name: str) -> bool:
     return name in operations.METHODS
 
 
-async def run(name: str, call: Call, request, missing: A2AError | None = None):
+async def run(name: str, call: Call, request, missing: A2AError | None = None, **options):
     """Run the 1.0 operation `name`, looked up now: push operations register themselves later.
 
     A request built as a different (but field-compatible) proto is carried
     over through ProtoJSON, so a changed request type does not break us.
+    `options` go to the operation (the draft's tasks/send passes its own `send`).
     """
     entry = operations.METHODS.get(name)
     if entry is None:
@@ -138,19 +138,27 @@ async def run(name: str, call: Call, request, missing: A2AError | None = None):
         request = parse_proto(MessageToDict(request), request_type())
     validate_proto_required_fields(request)
     check_request(request)  # the same checks the 1.0 bindings make
-    return await operation(call, request)
+    return await operation(call, request, **options)
 
 
 def find_task(caller, task_id: str) -> Task | None:
-    """A draft client's own id first (it may even look like a UUID), then the platform's id."""
+    """A draft client's own id first (it may even look like a UUID), then the platform's id.
+
+    Loads the task's draft id too, so draft_id() needs no query (callers are async).
+    """
     check_text(task_id, "id")
-    task = (
-        tasks_visible_to(caller)
-        .filter(client_task_id=task_id)
-        .select_related("context", "status_message")
-        .first()
-    )
-    return task or get_task_for_caller(caller, task_id)
+    alias = DraftTaskAlias.objects.filter(task__in=tasks_visible_to(caller), client_task_id=task_id).first()
+    task = get_task_for_caller(caller, str(alias.task_id) if alias else task_id)
+    if task is not None:
+        draft_id(task)
+    return task
+
+
+def draft_id(task: Task) -> str | None:
+    """The id a draft client named this task by, or None for a task made any other way."""
+    # A missing alias raises RelatedObjectDoesNotExist, an AttributeError: getattr answers None.
+    alias = getattr(task, "draft_alias", None)
+    return alias.client_task_id if alias else None
 
 
 def artifact_ids(task_pk) -> list[str]:

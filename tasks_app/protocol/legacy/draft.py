@@ -1,7 +1,7 @@
 """The 0.1 draft dialect: tasks/send, tasks/sendSubscribe, client-chosen task ids.
 
 Draft clients name their tasks. An unknown `id` on tasks/send creates a task
-stored under that id (Task.client_task_id); a known one continues the task,
+and a DraftTaskAlias with that id, in one transaction; a known one continues the task,
 which is how the draft answers input-required. Every answer shows the
 client's id, never our UUID. `sessionId` is the contextId. Parts are typed
 `type: text|file|data`; the `TextPart|FilePart|DataPart` spelling that
@@ -18,12 +18,13 @@ from a2a.utils.errors import (
     TaskNotFoundError,
 )
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 
-from tasks_app.models import Task
+from tasks_app.models import DraftTaskAlias, Task
 from tasks_app.protocol.legacy.common import (
     Exchange,
     artifact_ids,
+    draft_id,
     find_task,
     has_operation,
     parse_proto,
@@ -38,9 +39,28 @@ from tasks_app.protocol.legacy.draft_shapes import (
     parse_send,
     text_field,
 )
+from tasks_app.services import message_send
 
 # The draft schema knows the standard codes and -32001..-32004 only.
 ERROR_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003, -32004})
+
+
+def _send_as(client_task_id: str):
+    """message_send for a new task named by the client: the task and its alias commit together.
+
+    An id another task of this agent holds raises IntegrityError, and nothing is stored.
+    """
+
+    def send(caller, request):
+        with transaction.atomic():
+            outcome = message_send(caller, request)
+            if not outcome.duplicate:
+                DraftTaskAlias.objects.create(
+                    task=outcome.task, agent=caller.agent, client_task_id=client_task_id
+                )
+        return outcome
+
+    return send
 
 
 async def _send(ex: Exchange, streaming: bool):
@@ -48,15 +68,17 @@ async def _send(ex: Exchange, streaming: bool):
     method = "SendStreamingMessage" if streaming else "SendMessage"
     call = await ex.call(method)
     task = await sync_to_async(find_task)(call.caller, send.task_id)
+    options = {}
     if task is not None:
         # A known id: the message continues that task (the draft's input-required answer).
         ex.show_client_id(task)
         send.request.message.task_id = str(task.pk)
-        display_id = task.client_task_id or str(task.pk)
+        display_id = draft_id(task) or str(task.pk)
     else:
-        call.client_task_id = display_id = send.task_id
+        display_id = send.task_id
+        options["send"] = _send_as(send.task_id)
     try:
-        result = await run(method, call, send.request)
+        result = await run(method, call, send.request, **options)
     except IntegrityError:
         # Another caller of this agent holds that id (or a concurrent send took it).
         raise InvalidParamsError(message=f"Task id '{send.task_id}' cannot be used; choose another") from None
@@ -82,12 +104,12 @@ async def get_task(ex: Exchange, call, task: Task, params):
     request = pb.GetTaskRequest(id=str(task.pk))
     if params.history_length:
         request.history_length = params.history_length
-    return ex.result(draft_task(await run("GetTask", call, request), task.client_task_id, "spec"))
+    return ex.result(draft_task(await run("GetTask", call, request), draft_id(task), "spec"))
 
 
 async def cancel_task(ex: Exchange, call, task: Task, params):
     result = await run("CancelTask", call, pb.CancelTaskRequest(id=str(task.pk)))
-    return ex.result(draft_task(result, task.client_task_id, "spec"))
+    return ex.result(draft_task(result, draft_id(task), "spec"))
 
 
 async def resubscribe(ex: Exchange, call, task: Task, params):
@@ -96,7 +118,7 @@ async def resubscribe(ex: Exchange, call, task: Task, params):
     # far; one resuming after Last-Event-ID does not, so it takes their order from the store.
     fresh = call.last_event_id is None
     known = [] if fresh else await sync_to_async(artifact_ids)(task.pk)
-    converter = DraftEvents(task.client_task_id, "spec", known, replay_artifacts=fresh)
+    converter = DraftEvents(draft_id(task), "spec", known, replay_artifacts=fresh)
     return ex.stream(translated(events, converter.convert), event_name)
 
 
@@ -124,7 +146,7 @@ async def _draft_task_for(ex: Exchange, method: str):
     if task is None:
         raise TaskNotFoundError()
     ex.show_client_id(task)
-    return call, task, task.client_task_id or str(task.pk)
+    return call, task, draft_id(task) or str(task.pk)
 
 
 async def push_set(ex: Exchange):

@@ -3,10 +3,10 @@ import json
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from a2a_platform.tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
-from a2a_platform.tenants.services import agent_register
 from agents.models import Agent
 from agents.registry import available_handlers
+from agents.services import agent_register
+from tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
 
 
 class Command(BaseCommand):

@@ -3,8 +3,8 @@ import json
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from a2a_platform.tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
-from a2a_platform.tenants.services import GRANT_TYPES, oauth_client_create
+from tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
+from tenants.services import GRANT_TYPES, oauth_client_create
 
 
 class Command(BaseCommand):

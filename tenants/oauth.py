@@ -11,7 +11,7 @@ from oauth2_provider.oauth2_backends import get_oauthlib_core
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749.errors import AccessDeniedError
 
-from a2a_platform.tenants.models import Membership
+from tenants.models import Membership
 
 
 class TenantOAuth2Validator(OAuth2Validator):

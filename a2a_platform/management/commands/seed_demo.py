@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from a2a_platform.tenants.seed import seed_demo
+from a2a_platform.seed import seed_demo
 
 
 class Command(BaseCommand):

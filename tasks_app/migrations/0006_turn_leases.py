@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_app', '0003_encrypt_push_secrets'),
+        ('tasks_app', '0005_task_client_id_moved'),
         ('tenants', '0002_audit_event'),
     ]
 

@@ -3,8 +3,8 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 
-from a2a_platform.tenants.access import get_tenant
-from a2a_platform.tenants.models import Tenant
+from tenants.access import get_tenant
+from tenants.models import Tenant
 
 # Commands are run by whoever operates the platform; the audit log names them so.
 CLI_ACTOR = "system:cli"

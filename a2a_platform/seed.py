@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from a2a_platform.tenants.models import Application, Membership, Tenant
-from a2a_platform.tenants.services import oauth_client_create
 from agents.models import Agent
 from agents.registry import handler_defaults
+from tenants.models import Application, Membership, Tenant
+from tenants.services import oauth_client_create
 
 DEMO_AGENTS = [
     # slug, name, handler, visibility

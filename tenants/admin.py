@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from a2a_platform.tenants.models import Membership, Tenant
+from tenants.models import Membership, Tenant
 
 
 class MembershipInline(admin.TabularInline):

@@ -19,8 +19,8 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import receiver
 
-from a2a_platform.tenants.models import Membership, Tenant
 from tasks_app.events import publish_tenant
+from tenants.models import Membership, Tenant
 
 log = logging.getLogger(__name__)
 User = get_user_model()

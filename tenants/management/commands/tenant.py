@@ -7,9 +7,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from a2a_platform.tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
-from a2a_platform.tenants.models import Membership
-from a2a_platform.tenants.services import membership_set, tenant_create
+from tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
+from tenants.models import Membership
+from tenants.services import membership_set, tenant_create
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from a2a_platform.tenants.seed import DEMO_AGENTS, seed_demo
+from a2a_platform.seed import DEMO_AGENTS, seed_demo
 
 logger = logging.getLogger(__name__)
 

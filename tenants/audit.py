@@ -1,4 +1,4 @@
-from a2a_platform.tenants.models import AuditEvent, Tenant
+from tenants.models import AuditEvent, Tenant
 
 
 def audit_record(

@@ -1,0 +1,93 @@
+"""Changes a tenant admin makes to agents: register, update, delete.
+
+The management commands, the management API and the console call these. Each
+validates first, writes in one transaction and records an audit event in the
+same transaction. Invalid input raises django's ValidationError; the callers
+translate it.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from agents.models import Agent
+from agents.registry import available_handlers, handler_defaults
+from tenants.audit import audit_record
+from tenants.models import Tenant
+
+# The agent fields an admin may set; tenant, timestamps and ids are not among them.
+AGENT_FIELDS = ("name", "description", "version", "skills", "handler", "config", "enabled", "visibility")
+
+
+def _check_handler(name: str) -> None:
+    if name not in available_handlers():
+        raise ValidationError(f"handler must be one of: {', '.join(sorted(available_handlers()))}")
+
+
+def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fields) -> Agent:
+    """Bind a registry handler to `tenant` as a new agent at /a2a/<tenant>/<slug>/."""
+    _check_handler(handler)
+    defaults = handler_defaults(handler)
+    agent = Agent(
+        tenant=tenant,
+        slug=slug,
+        handler=handler,
+        name=fields.pop("name", "") or slug,
+        description=fields.pop("description", "") or defaults["description"],
+        skills=fields.pop("skills", None) or defaults["skills"],
+    )
+    for name, value in fields.items():
+        if name in AGENT_FIELDS:
+            setattr(agent, name, value)
+    # Outside the transaction: a handler's config check may resolve DNS (an a2a_proxy URL),
+    # and SQLite holds its write lock from the transaction's first statement.
+    agent.full_clean(validate_unique=False, validate_constraints=False)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                agent.save()
+        except IntegrityError:
+            raise ValidationError(f"Tenant '{tenant.slug}' already has an agent '{slug}'") from None
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="agent.create",
+            target_type="agent",
+            target_id=slug,
+            details={"handler": handler, "visibility": agent.visibility},
+        )
+    return agent
+
+
+def agent_update(*, agent: Agent, actor: str, **fields) -> Agent:
+    changed = {name: value for name, value in fields.items() if name in AGENT_FIELDS}
+    if "handler" in changed:
+        _check_handler(changed["handler"])
+    for name, value in changed.items():
+        setattr(agent, name, value)
+    # Outside the transaction, as in agent_register.
+    agent.full_clean(validate_unique=False, validate_constraints=False)
+    if set(changed) == {"enabled"}:
+        action = "agent.enable" if agent.enabled else "agent.disable"
+    else:
+        action = "agent.update"
+    with transaction.atomic():
+        # Only the fields sent: a concurrent edit of another field survives.
+        agent.save(update_fields=[*changed, "updated_at"])
+        # Config may hold secrets of the handler (API keys): record which fields changed, not their values.
+        audit_record(
+            tenant=agent.tenant,
+            actor=actor,
+            action=action,
+            target_type="agent",
+            target_id=agent.slug,
+            details={"fields": sorted(changed)},
+        )
+    return agent
+
+
+@transaction.atomic
+def agent_delete(*, agent: Agent, actor: str) -> None:
+    audit_record(
+        tenant=agent.tenant, actor=actor, action="agent.delete", target_type="agent", target_id=agent.slug
+    )
+    agent.delete()

@@ -1,0 +1,69 @@
+"""The preamble every binding and dialect runs before an operation, in one place.
+
+The JSON-RPC binding (jsonrpc.py), HTTP+JSON (rest.py) and the older dialects
+(legacy/) each find the agent, check the A2A version, accept a JSON body and
+resolve the caller through these; each then frames the answer (and a refusal:
+401 or 403 with a Bearer challenge) in its own wire format.
+"""
+
+from a2a.utils.errors import A2AError, InvalidRequestError, VersionNotSupportedError
+from django.conf import settings
+
+from agents.access import get_enabled_agent
+from agents.cards import public_base_url
+from agents.models import Agent
+from tasks_app.db import db
+from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
+from tasks_app.protocol.operations import Call
+from tasks_app.protocol.sse import last_event_id
+
+JSON_CONTENT_TYPES = {"application/json", "application/json-rpc", "application/jsonrequest"}
+# What resolve_caller raises when the caller may not call; refusal() says how to answer.
+CALLER_REFUSED = (CallerUnauthenticated, CallerForbidden)
+
+
+def is_json_content_type(content_type: str) -> bool:
+    return not content_type or content_type in JSON_CONTENT_TYPES or content_type.endswith("+json")
+
+
+def payload_too_large_message() -> str:
+    return f"Payload too large: the request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+
+
+def _sent_version(request) -> str:
+    """The A2A-Version a request names: header, else query parameter; '' when it names none."""
+    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
+    return value.strip()
+
+
+def check_version_1(request) -> None:
+    sent = _sent_version(request)
+    version = sent or "0.3"
+    if version.split(".")[0] != "1":
+        hint = "" if sent else " (no A2A-Version header means 0.3)"
+        raise VersionNotSupportedError(
+            message=f"A2A version '{version}'{hint} is not supported for this method; send 'A2A-Version: 1.0'"
+        )
+
+
+async def find_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
+    """The enabled agent at /a2a/<tenant>/<agent>/, or None (the binding answers "no agent")."""
+    return await db(get_enabled_agent, tenant_slug, agent_slug)
+
+
+async def call_for(request, agent: Agent, method: str) -> Call:
+    """The Call for the 1.0 operation `method`; raises one of CALLER_REFUSED if the caller may not."""
+    caller = await db(resolve_caller, request, agent, method)
+    return Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
+
+
+def refusal(exc: Exception, agent: Agent) -> tuple[int, A2AError, dict[str, str]]:
+    """HTTP status, error and Bearer challenge header that answer a refused caller (CALLER_REFUSED)."""
+    if isinstance(exc, CallerUnauthenticated):
+        return (
+            401,
+            InvalidRequestError(message=exc.message),
+            {"WWW-Authenticate": www_authenticate(agent, exc.error)},
+        )
+    challenge = {"WWW-Authenticate": www_authenticate(agent, "insufficient_scope")}
+    return 403, InvalidRequestError(message=exc.message), challenge

@@ -1,0 +1,124 @@
+"""Reads with filters: task lists for ListTasks, the management API and the console.
+
+Every list of tasks filters through tasks_matching, with the filters as
+arguments, over a base queryset that already says whose tasks these are
+(a caller's, via tasks_visible_to, or a tenant's). An empty filter is no filter.
+"""
+
+import base64
+import json
+import uuid
+from datetime import datetime
+
+from a2a.utils.errors import InvalidParamsError
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+
+from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
+from tasks_app.models import Artifact, Message, Task
+from tasks_app.protocol.convert import task_dict
+from tenants.models import Tenant
+
+
+def tenant_tasks(tenant: Tenant) -> QuerySet[Task]:
+    """Every task of the tenant, whoever called, with what a list row shows."""
+    return Task.objects.filter(tenant=tenant).select_related("agent", "context", "status_message")
+
+
+def tasks_matching(
+    tasks: QuerySet[Task],
+    *,
+    agent: str = "",
+    state: str = "",
+    context_id: str = "",
+    owner: str = "",
+    status_after: datetime | None = None,
+    updated_after: datetime | None = None,
+    text: str = "",
+) -> QuerySet[Task]:
+    """`tasks` narrowed by each filter given: agent slug, state, context, owner, times, text.
+
+    `text` matches a task's id, or a word in any of its messages or artifacts.
+    """
+    if agent:
+        tasks = tasks.filter(agent__slug=agent)
+    if state:
+        tasks = tasks.filter(state=state)
+    if context_id:
+        tasks = tasks.filter(context__context_id=context_id)
+    if owner:
+        tasks = tasks.filter(owner=owner)
+    if status_after:
+        tasks = tasks.filter(status_timestamp__gte=status_after)
+    if updated_after:
+        tasks = tasks.filter(updated_at__gt=updated_after)
+    if text:
+        # Subqueries, not joins: a task with many matching messages stays one row.
+        match = Exists(Message.objects.filter(task=OuterRef("pk"), parts__icontains=text)) | Exists(
+            Artifact.objects.filter(task=OuterRef("pk"), parts__icontains=text)
+        )
+        task_pk = parse_task_uuid(text)
+        if task_pk is not None:
+            match |= Q(pk=task_pk)
+        tasks = tasks.filter(match)
+    return tasks
+
+
+def _page_token(task: Task) -> str:
+    raw = json.dumps({"ts": task.status_timestamp.isoformat(), "id": str(task.pk)})
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return datetime.fromisoformat(data["ts"]), uuid.UUID(data["id"])
+    except (ValueError, KeyError, TypeError):
+        raise InvalidParamsError(message="pageToken is not one this server issued") from None
+
+
+def task_list(
+    caller: Caller,
+    *,
+    context_id: str = "",
+    state: str | None = None,
+    status_after: datetime | None = None,
+    page_size: int = 50,
+    page_token: str = "",
+    history_length: int | None = None,
+    include_artifacts: bool = False,
+) -> dict:
+    """ListTasks: the caller's tasks, newest status first, in keyset pages.
+
+    A fixed number of queries whatever the page size: count, page, and one
+    prefetch each for messages and artifacts.
+    """
+    tasks = tasks_matching(
+        tasks_visible_to(caller), context_id=context_id, state=state or "", status_after=status_after
+    )
+    total = tasks.count()
+    if page_token:
+        after_ts, after_id = _parse_page_token(page_token)
+        tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))
+    tasks = tasks.select_related("context", "status_message").order_by("-status_timestamp", "-pk")
+    prefetch = []
+    if history_length != 0:
+        prefetch.append(Prefetch("messages", queryset=Message.objects.order_by("created_at", "pk")))
+    if include_artifacts:
+        prefetch.append(Prefetch("artifacts", queryset=Artifact.objects.order_by("created_at", "pk")))
+    page = list(tasks.prefetch_related(*prefetch)[: page_size + 1])
+    more = len(page) > page_size
+    page = page[:page_size]
+    return {
+        "tasks": [
+            task_dict(
+                task,
+                messages=list(task.messages.all()) if history_length != 0 else None,
+                artifacts=list(task.artifacts.all()) if include_artifacts else None,
+                history_length=history_length,
+            )
+            for task in page
+        ],
+        "nextPageToken": _page_token(page[-1]) if more else "",
+        "pageSize": page_size,
+        "totalSize": total,
+    }

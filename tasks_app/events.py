@@ -46,19 +46,24 @@ def tenant_group_name(tenant_pk) -> str:
     return f"tenant.{tenant_pk}"
 
 
-def log_append(task: Task, entries: list[tuple[str, dict]]) -> list[TaskEvent]:
+def log_append(
+    task: Task, entries: list[tuple[str, dict]], *, snapshot: dict | None = None
+) -> list[TaskEvent]:
     """Append events to the log of a task whose row the caller has locked (or is creating).
 
     Advances task.event_seq in memory; the caller writes it with its own
     INSERT or UPDATE of the task, in the same transaction. Publishes the batch
-    after that transaction commits.
+    after that transaction commits, with `snapshot` (the task as a reader
+    reads it, for a batch that settles the task) when the writer has it.
     """
     events = []
     for kind, payload in entries:
         task.event_seq += 1
         events.append(TaskEvent(task=task, seq=task.event_seq, kind=kind, payload=payload))
     TaskEvent.objects.bulk_create(events)
-    batch = [[event.seq, event.payload] for event in events]
+    batch = {"type": "task.events", "events": [[event.seq, event.payload] for event in events]}
+    if snapshot is not None:
+        batch["task"] = snapshot
     # Console feed: one small note per batch on the tenant's group, so lists and
     # queues can refresh without joining every task's group. No agent content.
     note = {"type": "tenant.task", "task": str(task.pk), "state": str(task.state), "seq": task.event_seq}
@@ -66,7 +71,7 @@ def log_append(task: Task, entries: list[tuple[str, dict]]) -> list[TaskEvent]:
     transaction.on_commit(
         lambda: publish_soon(
             [
-                (group_name(task_pk), {"type": "task.events", "events": batch}),
+                (group_name(task_pk), batch),
                 (tenant_group_name(tenant_pk), note),
             ]
         ),
@@ -259,8 +264,12 @@ async def follow(
         await feed.close()
 
 
-async def wait_until_settled(task_pk, *, timeout: float | None = None) -> None:
-    """Wait until the task is terminal or interrupted, or the timeout passes."""
+async def wait_until_settled(task_pk, *, timeout: float | None = None) -> dict | None:
+    """Wait until the task is terminal or interrupted, or the timeout passes.
+
+    Returns the settled task as its writer published it (as task_snapshot()
+    reads it with historyLength unset) when the news came live, else None.
+    """
     timeout = timeout if timeout is not None else settings.A2A_BLOCKING_TIMEOUT
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -272,15 +281,15 @@ async def wait_until_settled(task_pk, *, timeout: float | None = None) -> None:
             if check_store:
                 state = await db(_current_state, task_pk)
                 if state is None or state in SETTLED_STATES:
-                    return
+                    return None
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return
+                return None
             message = await feed.receive(timeout=min(remaining, 5.0))
             # Only a quiet spell (or a lost subscription) sends us back to the database.
             check_store = message is None
             if any(closes_stream(payload) for _, payload in live_events(message)):
-                return
+                return message.get("task")
     finally:
         await feed.close()
 

@@ -1,4 +1,4 @@
-"""Reads with filters: task lists for ListTasks, the management API and the console.
+"""Reads: a task as readers get it, and task lists for ListTasks, the management API and the console.
 
 Every list of tasks filters through tasks_matching, with the filters as
 arguments, over a base queryset that already says whose tasks these are
@@ -17,6 +17,37 @@ from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.models import Artifact, Message, Task
 from tasks_app.protocol.convert import task_dict
 from tenants.models import Tenant
+
+# Messages a task read returns when the caller names no historyLength.
+DEFAULT_HISTORY_LENGTH = 100
+
+
+def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
+    """The stored task as ProtoJSON, read in three queries.
+
+    historyLength unset returns the newest DEFAULT_HISTORY_LENGTH messages, so
+    reading a long conversation costs the same as reading a short one.
+    """
+    task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
+    if history_length is None:
+        history_length = DEFAULT_HISTORY_LENGTH
+    messages = []
+    if history_length != 0:
+        # One more than asked: the status message is left out of the history.
+        newest = task.messages.order_by("-created_at", "-pk")[: history_length + 1]
+        messages = list(reversed(newest))
+    artifacts = list(task.artifacts.order_by("created_at", "pk")) if include_artifacts else []
+    return task_dict(task, messages=messages, artifacts=artifacts, history_length=history_length)
+
+
+def with_history_length(snapshot: dict, history_length: int | None) -> dict:
+    """A task_snapshot() with historyLength unset, cut down to `history_length` (at most the default)."""
+    if history_length is None or "history" not in snapshot:
+        return snapshot
+    trimmed = {**snapshot, "history": snapshot["history"][-history_length:] if history_length else []}
+    if not trimmed["history"]:
+        del trimmed["history"]
+    return trimmed
 
 
 def tenant_tasks(tenant: Tenant) -> QuerySet[Task]:

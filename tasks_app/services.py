@@ -30,11 +30,9 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
+from tasks_app.selectors import task_snapshot
 
 logger = logging.getLogger(__name__)
-
-# Messages a task read returns when the caller names no historyLength.
-DEFAULT_HISTORY_LENGTH = 100
 
 
 @dataclass
@@ -72,10 +70,14 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
     if request.configuration.HasField("task_push_notification_config"):
         push_config = push_config_clean(request.configuration.task_push_notification_config)
     with transaction.atomic():
-        previous = (
-            Message.objects.filter(tenant=caller.tenant, message_id=message.message_id)
-            .select_related("task")
-            .first()
+        # No ordering: the unique (tenant, message_id) index answers at once.
+        previous = next(
+            iter(
+                Message.objects.filter(tenant=caller.tenant, message_id=message.message_id).select_related(
+                    "task"
+                )[:1]
+            ),
+            None,
         )
         if previous is not None:
             return _resend_outcome(caller, previous)
@@ -156,22 +158,21 @@ def _continue_task(
 def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Message:
     data = proto_to_dict(message)
     try:
-        # A savepoint: a clash must not break the transaction before it is reported.
-        with transaction.atomic():
-            return Message.objects.create(
-                tenant=caller.tenant,
-                task=task,
-                context=task.context,
-                message_id=message.message_id,
-                role=Message.Role.USER,
-                parts=data.get("parts", []),
-                metadata=data.get("metadata", {}),
-                extensions=data.get("extensions", []),
-                reference_task_ids=list(message.reference_task_ids),
-                turn=Message.Turn.PENDING,
-                dispatched_at=timezone.now(),
-                sender=caller.principal,
-            )
+        # No savepoint: a clash aborts the whole transaction, and nothing of it is kept.
+        return Message.objects.create(
+            tenant=caller.tenant,
+            task=task,
+            context=task.context,
+            message_id=message.message_id,
+            role=Message.Role.USER,
+            parts=data.get("parts", []),
+            metadata=data.get("metadata", {}),
+            extensions=data.get("extensions", []),
+            reference_task_ids=list(message.reference_task_ids),
+            turn=Message.Turn.PENDING,
+            dispatched_at=timezone.now(),
+            sender=caller.principal,
+        )
     except IntegrityError:
         # Two requests raced with the same messageId; the other one won.
         raise InvalidParamsError(message=f"messageId '{message.message_id}' was already used") from None
@@ -180,24 +181,6 @@ def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Mess
 def _dispatch_after_commit(task: Task, message: Message) -> None:
     task_pk, message_pk = task.pk, message.pk
     transaction.on_commit(lambda: turn_dispatch(task_pk, message_pk), robust=True)
-
-
-def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
-    """The stored task as ProtoJSON, read in three queries.
-
-    historyLength unset returns the newest DEFAULT_HISTORY_LENGTH messages, so
-    reading a long conversation costs the same as reading a short one.
-    """
-    task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
-    if history_length is None:
-        history_length = DEFAULT_HISTORY_LENGTH
-    messages = []
-    if history_length != 0:
-        # One more than asked: the status message is left out of the history.
-        newest = task.messages.order_by("-created_at", "-pk")[: history_length + 1]
-        messages = list(reversed(newest))
-    artifacts = list(task.artifacts.order_by("created_at", "pk")) if include_artifacts else []
-    return task_dict(task, messages=messages, artifacts=artifacts, history_length=history_length)
 
 
 def task_get(caller: Caller, task_id: str, *, history_length: int | None = None) -> dict:

@@ -53,7 +53,7 @@ from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine
 from tasks_app.access import parse_task_uuid
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.events import Feed, cancel_group_name, log_append
+from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append
 from tasks_app.models import TERMINAL_STATES, Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     PROTO_TO_STATE,
@@ -63,6 +63,7 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.push import push_deliveries_queue
+from tasks_app.selectors import DEFAULT_HISTORY_LENGTH
 
 logger = logging.getLogger(__name__)
 
@@ -124,8 +125,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         setup = await db(_prepare, task_pk, message_pk)
         if setup is None:
             return
-        turn, executor, request_context = setup
-        queue = TurnEventQueue(turn)
+        turn, executor, request_context, view = setup
+        queue = TurnEventQueue(turn, view)
         if isinstance(executor, HandlerNotAvailable):
             raise executor
         logger.info(
@@ -254,10 +255,50 @@ def owned_turn(turn: Turn):
 
 
 # --- Setting a turn up -----------------------------------------------------------
-def _prepare(task_pk, message_pk: int):
+@dataclass
+class TaskView:
+    """What a turn knows of its task's messages and artifacts, in read order, kept up to date by its batches.
+
+    From it the batch that settles the task publishes the task as a reader
+    would read it, so a blocking caller is answered without reading it again.
+    """
+
+    messages: list[Message]
+    artifacts: list[Artifact]
+
+    def message(self, pk: int) -> Message | None:
+        return next((m for m in self.messages if m.pk == pk), None)
+
+    def add(self, messages: list[Message], artifacts: list[Artifact]) -> None:
+        self.messages.extend(messages)
+        for artifact in artifacts:
+            index = next((i for i, a in enumerate(self.artifacts) if a.pk == artifact.pk), None)
+            if index is None:
+                self.artifacts.append(artifact)
+            else:
+                self.artifacts[index] = artifact
+
+    def snapshot(self, task: Task) -> dict:
+        """The task as task_snapshot() reads it with historyLength unset."""
+        newest = self.messages[-(DEFAULT_HISTORY_LENGTH + 1) :]
+        return task_dict(
+            task, messages=newest, artifacts=self.artifacts, history_length=DEFAULT_HISTORY_LENGTH
+        )
+
+
+def _load(task_pk) -> tuple[Task, TaskView]:
     task = Task.objects.select_related("agent", "tenant", "context", "status_message").get(pk=task_pk)
-    user_message = Message.objects.get(pk=message_pk)
-    if user_message.turn != Message.Turn.RUNNING:
+    view = TaskView(
+        messages=list(task.messages.order_by("created_at", "pk")),
+        artifacts=list(task.artifacts.order_by("created_at", "pk")),
+    )
+    return task, view
+
+
+def _prepare(task_pk, message_pk: int):
+    task, view = _load(task_pk)
+    user_message = view.message(message_pk)
+    if user_message is None or user_message.turn != Message.Turn.RUNNING:
         return None  # the sweeper took it back meanwhile
     turn = Turn(
         task_pk=str(task.pk),
@@ -268,13 +309,16 @@ def _prepare(task_pk, message_pk: int):
     if task.is_terminal:
         owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
         return None
-    if turn.attempt > 1 and not _restart(turn):
-        return None
+    if turn.attempt > 1:
+        if not _restart(turn):
+            return None
+        task, view = _load(task_pk)
+        user_message = view.message(message_pk)
     try:
         executor = build_executor(task.agent)
     except HandlerNotAvailable as exc:
-        return turn, exc, None
-    return turn, executor, _request_context(task, user_message)
+        return turn, exc, None, view
+    return turn, executor, _request_context(task, user_message, view), view
 
 
 def _restart(turn: Turn) -> bool:
@@ -332,8 +376,14 @@ def _snapshot(task: Task) -> dict:
     return task_dict(task, messages=messages, artifacts=artifacts)
 
 
-def _request_context(task: Task, user_message: Message | None) -> RequestContext:
-    current = ParseDict(_snapshot(task), pb.Task(), ignore_unknown_fields=True)
+def _request_context(
+    task: Task, user_message: Message | None, view: TaskView | None = None
+) -> RequestContext:
+    if view is None:
+        current = _snapshot(task)
+    else:
+        current = task_dict(task, messages=view.messages, artifacts=view.artifacts)
+    current = ParseDict(current, pb.Task(), ignore_unknown_fields=True)
     request = None
     related = []
     if user_message is not None:
@@ -390,8 +440,9 @@ class TurnEventQueue(EventQueue):
     stored, and a blocking caller is answered from the store.
     """
 
-    def __init__(self, turn: Turn):
+    def __init__(self, turn: Turn, view: TaskView | None = None):
         self.turn = turn
+        self.view = view
         self.pending: list = []
         self.lock = asyncio.Lock()
         self.timer: asyncio.TimerHandle | None = None
@@ -447,7 +498,7 @@ class TurnEventQueue(EventQueue):
                 if self.closed:
                     raise TurnAborted()
                 return
-            stored = await _retrying(events_store, self.turn, batch)
+            stored = await _retrying(events_store, self.turn, batch, self.view)
             if stored is None:
                 self.close()
                 raise TurnAborted()
@@ -456,7 +507,7 @@ class TurnEventQueue(EventQueue):
                 self.finished = True
 
 
-def events_store(turn: Turn, batch: list) -> bool | None:
+def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> bool | None:
     """Store a batch of the agent's events in one transaction.
 
     None if the turn may write no more (its task ended, or another attempt
@@ -465,28 +516,33 @@ def events_store(turn: Turn, batch: list) -> bool | None:
     """
     with transaction.atomic():
         task = lock_task(turn.task_pk)
-        # Renews the lease too: a turn that stores events is alive.
-        owned = owned_turn(turn).update(
-            lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE)
-        )
-        if not owned or task.is_terminal:
+        if task.is_terminal:
             return None
-        writer = _BatchWriter(task, turn)
+        writer = _BatchWriter(task, turn, view)
         for event in batch:
             writer.apply(event)
-        writer.commit()
+        # Renews the lease too (a turn that stores events is alive), and closes
+        # the turn when the batch ends the task.
         if task.is_terminal:
-            owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
-            return True
-    return False
+            held = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+        else:
+            held = owned_turn(turn).update(
+                lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE)
+            )
+        if not held:
+            # Another attempt holds the turn: this one writes nothing more.
+            return None
+        writer.commit()
+        return task.is_terminal
 
 
 class _BatchWriter:
     """Applies events to a locked task in memory, then writes them with a handful of statements."""
 
-    def __init__(self, task: Task, turn: Turn):
+    def __init__(self, task: Task, turn: Turn, view: TaskView | None = None):
         self.task = task
         self.turn = turn
+        self.view = view
         self.entries: list[tuple[str, dict]] = []
         self.messages: list[Message] = []
         self.artifacts: dict[str, Artifact] = {}
@@ -600,7 +656,12 @@ class _BatchWriter:
                 task.status_message_id = task.status_message.pk
         for artifact in self.changed_artifacts.values():
             artifact.save()
-        events = log_append(task, self.entries)
+        snapshot = None
+        if self.view is not None:
+            self.view.add(self.messages, list(self.changed_artifacts.values()))
+            if task.state in SETTLED_STATES:
+                snapshot = self.view.snapshot(task)
+        events = log_append(task, self.entries, snapshot=snapshot)
         task.save(update_fields=sorted(self.fields))
         push_deliveries_queue(task, events)
 

@@ -23,8 +23,8 @@ from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
-from tasks_app.selectors import task_list
-from tasks_app.services import message_send, task_cancel, task_get, task_snapshot
+from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, task_list, task_snapshot, with_history_length
+from tasks_app.services import message_send, task_cancel, task_get
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,13 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
     # whatever the channel layer or the database does meanwhile.
     if not request.configuration.return_immediately:
         try:
-            await wait_until_settled(outcome.task.pk)
+            settled = await wait_until_settled(outcome.task.pk)
         except UNAVAILABLE_ERRORS as exc:
             logger.warning("Waiting for task %s: the database is unavailable (%r)", outcome.task.pk, exc)
+            settled = None
+        if settled is not None and (history_length is None or history_length <= DEFAULT_HISTORY_LENGTH):
+            # The worker published the task as it stored it: no need to read it again.
+            return {"task": with_history_length(settled, history_length)}
     try:
         return {"task": await db(task_snapshot, outcome.task.pk, history_length=history_length)}
     except UNAVAILABLE_ERRORS as exc:

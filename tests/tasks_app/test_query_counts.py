@@ -23,12 +23,14 @@ from tasks_app.models import Message
 from tasks_app.services import message_send, task_get
 from tasks_app.turns import _prepare, events_store, turn_claim
 
-# Context, task, message, the first log entry, and the messageId check.
-SEND_MAX = 6
-# Task, user message, history, artifacts.
-PREPARE_MAX = 5
-# Lock, lease, artifact lookup and write, the agent's messages, the log, the task, push configs, done.
-STORE_MAX = 11
+# The messageId check, then context, task, message and the first log entry.
+SEND_MAX = 5
+# The task (with agent, tenant, context), its messages, its artifacts.
+PREPARE_MAX = 3
+# Lock, artifact lookup and write, agent message ids and insert, the log, the task, push configs, lease.
+STORE_MAX = 10
+# The caller's task, then task, history page, artifacts.
+GET_MAX = 4
 
 
 class Rollback(Exception):
@@ -91,13 +93,13 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
         message_pk = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
         assert turn_claim(message_pk)
         with CaptureQueriesContext(connection) as prepare:
-            turn, executor, context = _prepare(str(outcome.task.pk), message_pk)
+            turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk)
         queue = Collecting()
         asyncio.run(build_executor(caller.agent).execute(context, queue))
         # The echo agent's three events (WORKING, the artifact, COMPLETED) are one batch.
         assert len(queue.events) == 3
         with CaptureQueriesContext(connection) as store:
-            assert events_store(turn, queue.events) is True
+            assert events_store(turn, queue.events, view) is True
         assert len(_statements(prepare)) <= PREPARE_MAX, _statements(prepare)
         assert len(_statements(store)) <= STORE_MAX, _statements(store)
         stored_task = task_get(caller, str(outcome.task.pk))
@@ -134,4 +136,4 @@ def test_get_task_costs_the_same_whatever_the_history(stored, history):
         assert len(answer["history"]) == min(history, 100)
 
     _in_rollback(work)
-    assert counts[history] <= 4, counts
+    assert counts[history] <= GET_MAX, counts

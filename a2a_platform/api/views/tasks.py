@@ -7,8 +7,7 @@ from a2a_platform.api.views.base import TenantView
 from tasks_app.access import get_task_for_tenant
 from tasks_app.models import Task
 from tasks_app.operator import operator_answer, operator_authorize, operator_cancel
-from tasks_app.selectors import tasks_matching, tenant_tasks
-from tasks_app.services import task_snapshot
+from tasks_app.selectors import task_snapshot, tasks_matching, tenant_tasks
 from tenants.models import Membership
 
 

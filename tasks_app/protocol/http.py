@@ -53,7 +53,11 @@ async def find_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
 
 async def call_for(request, agent: Agent, method: str) -> Call:
     """The Call for the 1.0 operation `method`; raises one of CALLER_REFUSED if the caller may not."""
-    caller = await db(resolve_caller, request, agent, method)
+    if request.headers.get("Authorization") or settings.SESSION_COOKIE_NAME in request.COOKIES:
+        caller = await db(resolve_caller, request, agent, method)
+    else:
+        # No token and no session: nothing to look up, so no trip to a database thread.
+        caller = resolve_caller(request, agent, method)
     return Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
 
 

@@ -433,7 +433,7 @@ class Load:
 
 
 def outage_figures(
-    stack: Stack, load: Load, down_at: float, restored_at: float, settle: float = 90.0
+    stack: Stack, load: Load, down_at: float, restored_at: float, settle: float = 60.0
 ) -> dict:
     """Wait for the work accepted during the load to settle, then count what went wrong.
 
@@ -497,11 +497,11 @@ def outage_figures(
         figures["gaps"] += log_holes(logs[task_id], event_seqs.get(task_id, 0))
         if states.get(task_id) == "completed":
             figures["duplicated"] += client_duplicates(get_task(load.url, task_id))
-    # Seconds from the end of the outage until the last task that was open then completed.
+    # Seconds from the end of the outage until the last task accepted before it completed.
     open_then = [
         logs[t][-1].created_at - restored_at
         for t in task_ids
-        if logs[t] and states.get(t) == "completed" and logs[t][-1].created_at > restored_at
+        if logs[t] and logs[t][0].created_at < restored_at and states.get(t) == "completed"
     ]
     figures["worst_resume_s"] = round(max(open_then, default=0.0), 1)
     figures["processes_exited"] = stack.exited()

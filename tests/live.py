@@ -4,13 +4,19 @@ The benchmark (bench/run.py) starts its servers with these helpers too.
 
 Embedded default: one `manage.py serve` process (Daphne + worker threads).
 Services mode (DATABASE_URL and REDIS_URL set): a Daphne process and a
-separate Celery worker process.
+separate Celery worker process (and, for the sweepers, a beat process).
+
+The fault tests (tests/faults) also bring their own Redis (RedisServer) and
+PostgreSQL (PostgresCluster) on free loopback ports, to stop and restart them.
 """
 
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,11 +83,26 @@ def stop_processes(processes: list[Process]) -> None:
             process.popen.wait(timeout=5)
 
 
+# setpriv execs the command in its own process, so the pid is the server's: a child that
+# outlives a killed test session (SIGKILL, OOM) is killed with it instead of lingering.
+SETPRIV = shutil.which("setpriv")
+
+
 def spawn(name: str, args: list[str], env: dict, log_dir: Path) -> Process:
     log = log_dir / f"{name}.log"
     handle = log.open("w")
+    if SETPRIV:
+        args = [SETPRIV, "--pdeathsig", "KILL", "--", *args]
     popen = subprocess.Popen(args, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    handle.close()
     return Process(name=name, popen=popen, log=log)
+
+
+def kill_hard(process: Process) -> None:
+    """kill -9 one process this session started, by its pid, and reap it."""
+    if process.popen.poll() is None:
+        os.kill(process.popen.pid, signal.SIGKILL)
+    process.popen.wait(timeout=10)
 
 
 def wait_until(check, what: str, processes: list[Process], timeout: float = 60.0) -> None:
@@ -95,6 +116,15 @@ def wait_until(check, what: str, processes: list[Process], timeout: float = 60.0
         time.sleep(0.2)
     logs = "\n".join(f"--- {p.name}\n{p.output()[-4000:]}" for p in processes)
     raise RuntimeError(f"Timed out waiting for {what}\n{logs}")
+
+
+def wait_started(process: Process, check, what: str, timeout: float = 60.0) -> None:
+    """wait_until for a process just spawned: one that never got ready is not left running."""
+    try:
+        wait_until(check, what, [process], timeout=timeout)
+    except BaseException:
+        stop_processes([process])
+        raise
 
 
 def http_ok(url: str) -> bool:
@@ -131,7 +161,7 @@ def start_web(db_settings: dict, log_dir: Path, name: str = "web", extra_env: di
         args = [sys.executable, "manage.py", "serve", "--port", str(port), "--no-seed"]
     process = spawn(name, args, env, log_dir)
     platform = Platform(base_url=f"http://127.0.0.1:{port}", processes=[process])
-    wait_until(lambda: http_ok(f"{platform.base_url}/readyz"), f"{name} to serve", [process])
+    wait_started(process, lambda: http_ok(f"{platform.base_url}/readyz"), f"{name} to serve")
     return platform
 
 
@@ -149,5 +179,166 @@ def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
     args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
     args += ["--concurrency", "8", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     process = spawn(name, args, env, log_dir)
-    wait_until(lambda: "ready." in process.output(), "the Celery worker", [process])
+    wait_started(process, lambda: "ready." in process.output(), "the Celery worker")
     return process
+
+
+def start_beat(name: str, env: dict, log_dir: Path, state_dir: Path) -> Process:
+    """The Celery beat process (the sweepers' clock), its schedule file in state_dir, not the repo."""
+    args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "beat", "--loglevel", "INFO"]
+    args += ["-s", str(state_dir / "celerybeat-schedule")]
+    process = spawn(name, args, env, log_dir)
+    wait_started(process, lambda: "beat: Starting" in process.output(), "Celery beat")
+    return process
+
+
+def tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """A redis-server of the caller's own on a loopback port, without persistence.
+
+    Stopping and starting it again keeps the port, so clients can reconnect; what
+    it held (queued Celery messages, channel-layer groups) is gone, as after a crash.
+    """
+
+    def __init__(self, log_dir: Path, name: str = "redis"):
+        self.log_dir = log_dir
+        self.name = name
+        self.port = free_port()
+        self.process: Process | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.starts += 1
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        self.process = spawn(f"{self.name}-{self.starts}", args, dict(os.environ), self.log_dir)
+        wait_started(self.process, self.ping, f"{self.name} to answer PING", timeout=20)
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_processes([self.process])
+
+
+def run_checked(args: list[str], what: str, timeout: float = 120, **kwargs) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+class PostgresCluster:
+    """A throwaway PostgreSQL cluster on a loopback port, in a temporary directory.
+
+    initdb refuses to run as root, so the cluster belongs to the `postgres` OS
+    user when the session is root. The directory holds the pid of the session
+    that made it: a later session removes clusters whose owner died (remove_stale()).
+    """
+
+    PREFIX = "a2a-test-pg-"
+
+    def __init__(self, log_dir: Path):
+        self.root = Path(tempfile.mkdtemp(prefix=self.PREFIX))
+        (self.root / "owner.pid").write_text(str(os.getpid()))
+        self.data = self.root / "data"
+        self.sockets = self.root / "sockets"
+        self.sockets.mkdir()
+        # The server writes its log in its own directory; destroy() copies it to log_dir.
+        self.server_log = self.root / "postgres.log"
+        self.log_dir = log_dir
+        self.port = free_port()
+        self.as_owner = _as_postgres_user()
+        if self.as_owner:
+            for path in (self.root, self.sockets):
+                shutil.chown(path, "postgres")
+
+    def initdb(self) -> None:
+        args = [*self.as_owner, "initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres"]
+        run_checked([*args, "--no-instructions", "-E", "UTF8"], "initdb")
+
+    def start(self) -> None:
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.sockets} -c fsync=on"
+        args = [*self.as_owner, "pg_ctl", "-D", str(self.data), "-l", str(self.server_log), "-w", "-t", "60"]
+        run_checked([*args, "-o", options, "start"], "pg_ctl start")
+
+    def stop(self, mode: str = "fast") -> None:
+        args = [*self.as_owner, "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"]
+        run_checked(args, f"pg_ctl stop -m {mode}")
+
+    def is_running(self) -> bool:
+        args = [*self.as_owner, "pg_ctl", "-D", str(self.data), "status"]
+        return subprocess.run(args, capture_output=True, timeout=30).returncode == 0
+
+    def url(self, database: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def settings(self, database: str) -> dict:
+        """A Django DATABASES entry, as child_env() and start_web() take it."""
+        engine = "django.db.backends.postgresql"
+        return {
+            "ENGINE": engine,
+            "NAME": database,
+            "USER": "postgres",
+            "HOST": "127.0.0.1",
+            "PORT": self.port,
+        }
+
+    def destroy(self) -> None:
+        """Stop the server if it runs (immediate: nothing in it is worth a checkpoint) and remove it."""
+        try:
+            if self.data.exists() and self.is_running():
+                self.stop("immediate")
+        finally:
+            if self.server_log.exists() and getattr(self, "log_dir", None):
+                shutil.copy(self.server_log, self.log_dir / f"postgres-{self.port}.log")
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    @classmethod
+    def remove_stale(cls) -> int:
+        """Stop and remove the clusters of sessions that died without cleaning up."""
+        removed = 0
+        for root in Path(tempfile.gettempdir()).glob(f"{cls.PREFIX}*"):
+            try:
+                owner = int((root / "owner.pid").read_text())
+            except (OSError, ValueError):
+                continue
+            if owner == os.getpid() or _alive(owner):
+                continue
+            stale = cls.__new__(cls)
+            stale.root, stale.data, stale.server_log = root, root / "data", root / "postgres.log"
+            stale.as_owner = _as_postgres_user()
+            stale.destroy()
+            removed += 1
+        return removed
+
+
+def _as_postgres_user() -> list[str]:
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -16,6 +16,7 @@ class AgentAdminForm(AgentChecksAfterFields):
             "skills",
             "handler",
             "config",
+            "turn_timeout",
             "enabled",
             "visibility",
         ]

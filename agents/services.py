@@ -15,7 +15,17 @@ from tenants.audit import audit_record
 from tenants.models import Tenant
 
 # The agent fields an admin may set; tenant, timestamps and ids are not among them.
-AGENT_FIELDS = ("name", "description", "version", "skills", "handler", "config", "enabled", "visibility")
+AGENT_FIELDS = (
+    "name",
+    "description",
+    "version",
+    "skills",
+    "handler",
+    "config",
+    "turn_timeout",
+    "enabled",
+    "visibility",
+)
 
 
 def _check_handler(name: str) -> None:

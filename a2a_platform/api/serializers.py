@@ -5,7 +5,7 @@ from django.conf import settings
 from google.protobuf.json_format import ParseDict
 from rest_framework import serializers
 
-from agents.models import Agent
+from agents.models import MAX_TURN_TIMEOUT, Agent
 from tasks_app.models import TaskState
 from tenants.models import Membership
 from tenants.services import GRANT_TYPES
@@ -65,6 +65,7 @@ class AgentOutput(serializers.Serializer):
     handler = serializers.CharField()
     skills = serializers.JSONField()
     config = serializers.JSONField()
+    turn_timeout = serializers.IntegerField(help_text="Seconds one turn may run before it is stopped")
     enabled = serializers.BooleanField()
     visibility = serializers.ChoiceField(choices=Agent.Visibility.choices)
     url = serializers.SerializerMethodField()
@@ -83,6 +84,12 @@ class AgentCreateInput(serializers.Serializer):
     version = serializers.CharField(max_length=50, required=False)
     skills = serializers.JSONField(required=False, validators=[validate_skills])
     config = serializers.JSONField(required=False, validators=[validate_config])
+    turn_timeout = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TURN_TIMEOUT,
+        help_text="Seconds one turn may run before it is stopped and its task fails (default 600)",
+    )
     enabled = serializers.BooleanField(required=False)
     visibility = serializers.ChoiceField(choices=Agent.Visibility.choices, required=False)
 
@@ -94,6 +101,12 @@ class AgentUpdateInput(serializers.Serializer):
     version = serializers.CharField(max_length=50, required=False)
     skills = serializers.JSONField(required=False, validators=[validate_skills])
     config = serializers.JSONField(required=False, validators=[validate_config])
+    turn_timeout = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TURN_TIMEOUT,
+        help_text="Seconds one turn may run before it is stopped and its task fails (default 600)",
+    )
     enabled = serializers.BooleanField(required=False)
     visibility = serializers.ChoiceField(choices=Agent.Visibility.choices, required=False)
 

@@ -49,6 +49,7 @@ class AgentForm(AgentChecksAfterFields):
             "version",
             "visibility",
             "enabled",
+            "turn_timeout",
             "skills",
             "config",
         ]

@@ -3,10 +3,13 @@ import json
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from agents.access import get_agent_for_tenant
 from agents.models import Agent
 from agents.registry import available_handlers
-from agents.services import agent_register
+from agents.services import agent_register, agent_update
 from tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
+
+TURN_TIMEOUT_HELP = "Seconds one turn may run before it is stopped and its task fails (default 600)"
 
 
 class Command(BaseCommand):
@@ -29,8 +32,21 @@ class Command(BaseCommand):
             default="{}",
             help='The handler\'s config, a JSON object (a2a_proxy needs one with a "url")',
         )
+        create.add_argument("--turn-timeout", type=int, default=None, help=TURN_TIMEOUT_HELP)
+        update = actions.add_parser("update", help="Change an agent")
+        update.add_argument("--tenant", required=True)
+        update.add_argument("--slug", required=True)
+        update.add_argument("--name")
+        update.add_argument("--description")
+        update.add_argument("--config", help="The handler's new config, a JSON object")
+        update.add_argument("--turn-timeout", type=int, help=TURN_TIMEOUT_HELP)
+        enabled = update.add_mutually_exclusive_group()
+        enabled.add_argument("--enable", dest="enabled", action="store_true", default=None)
+        enabled.add_argument("--disable", dest="enabled", action="store_false")
 
     def handle(self, *args, action, **options):
+        if action == "update":
+            return self._update(options)
         tenant = tenant_or_error(options["tenant"])
         visibility = Agent.Visibility.AUTHENTICATED if options["authenticated"] else Agent.Visibility.PUBLIC
         try:
@@ -47,9 +63,33 @@ class Command(BaseCommand):
                 description=options["description"],
                 visibility=visibility,
                 config=config,
+                **({"turn_timeout": options["turn_timeout"]} if options["turn_timeout"] is not None else {}),
             )
         except ValidationError as error:
             raise CommandError(validation_message(error)) from None
         self.stdout.write(
             f"Agent '{agent.slug}' ({agent.visibility}) created at /a2a/{tenant.slug}/{agent.slug}/"
         )
+
+    def _update(self, options) -> None:
+        tenant = tenant_or_error(options["tenant"])
+        agent = get_agent_for_tenant(tenant, options["slug"])
+        if agent is None:
+            raise CommandError(f"No agent '{options['slug']}' in tenant '{tenant.slug}'")
+        fields = {
+            name: options[name]
+            for name in ("name", "description", "turn_timeout", "enabled")
+            if options[name] is not None
+        }
+        if options["config"] is not None:
+            try:
+                fields["config"] = json.loads(options["config"])
+            except json.JSONDecodeError as exc:
+                raise CommandError(f"--config is not valid JSON: {exc}") from None
+        if not fields:
+            raise CommandError("Nothing to change: name at least one of the options")
+        try:
+            agent_update(agent=agent, actor=CLI_ACTOR, **fields)
+        except ValidationError as error:
+            raise CommandError(validation_message(error)) from None
+        self.stdout.write(f"Agent '{agent.slug}' updated: {', '.join(sorted(fields))}")

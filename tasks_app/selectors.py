@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime
 
 from a2a.utils.errors import InvalidParamsError
+from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
 from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
@@ -107,6 +108,33 @@ def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidParamsError(message="pageToken is not one this server issued") from None
 
 
+# ListTasks counts matching tasks exactly up to this many; beyond, it estimates.
+EXACT_TOTAL_UP_TO = 10_000
+
+
+def total_size(tasks: QuerySet[Task]) -> int:
+    """How many tasks `tasks` holds: exact up to EXACT_TOTAL_UP_TO, an estimate above.
+
+    An exact count reads every matching index entry, which grows with the
+    table (120 ms at a million tasks); counting at most EXACT_TOTAL_UP_TO + 1
+    keeps a list page's cost flat. Above that, PostgreSQL's planner estimate
+    of the rows is the answer (never less than EXACT_TOTAL_UP_TO + 1). SQLite
+    has no estimate to give and counts exactly.
+    """
+    tasks = tasks.order_by()
+    if connection.vendor != "postgresql":
+        return tasks.count()
+    capped = tasks[: EXACT_TOTAL_UP_TO + 1].count()
+    if capped <= EXACT_TOTAL_UP_TO:
+        return capped
+    sql, params = tasks.values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return max(EXACT_TOTAL_UP_TO + 1, int(plan[0]["Plan"]["Plan Rows"]))
+
+
 def task_list(
     caller: Caller,
     *,
@@ -121,12 +149,13 @@ def task_list(
     """ListTasks: the caller's tasks, newest status first, in keyset pages.
 
     A fixed number of queries whatever the page size: count, page, and one
-    prefetch each for messages and artifacts.
+    prefetch each for messages and artifacts. totalSize is exact up to
+    EXACT_TOTAL_UP_TO tasks (see total_size).
     """
     tasks = tasks_matching(
         tasks_visible_to(caller), context_id=context_id, state=state or "", status_after=status_after
     )
-    total = tasks.count()
+    total = total_size(tasks)
     if page_token:
         after_ts, after_id = _parse_page_token(page_token)
         tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))

@@ -1,0 +1,51 @@
+"""ListTasks' totalSize: exact for small lists, never a count of the whole table for huge ones."""
+
+import uuid
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.models import Agent
+from tasks_app import selectors
+from tasks_app.access import Caller
+from tasks_app.models import Context, Task
+
+
+def _tasks_of_a_new_caller(count: int) -> Caller:
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    caller = Caller(tenant=agent.tenant, agent=agent, principal=f"client:counted-{uuid.uuid4()}")
+    context = Context.objects.create(tenant=agent.tenant, context_id=f"counted-{uuid.uuid4()}")
+    Task.objects.bulk_create(
+        Task(
+            tenant=agent.tenant,
+            agent=agent,
+            context=context,
+            owner=caller.principal,
+            status_timestamp=timezone.now(),
+        )
+        for _ in range(count)
+    )
+    return caller
+
+
+def test_total_size_is_exact_up_to_the_cap(stored, monkeypatch):
+    monkeypatch.setattr(selectors, "EXACT_TOTAL_UP_TO", 5)
+    for count in (0, 3, 5):
+        caller = _tasks_of_a_new_caller(count)
+        assert selectors.task_list(caller, page_size=2)["totalSize"] == count
+
+
+def test_total_size_above_the_cap_is_bounded_work_and_never_below_the_cap(stored, monkeypatch):
+    monkeypatch.setattr(selectors, "EXACT_TOTAL_UP_TO", 5)
+    caller = _tasks_of_a_new_caller(9)
+    with CaptureQueriesContext(connection) as queries:
+        total = selectors.task_list(caller, page_size=2)["totalSize"]
+    if connection.vendor == "postgresql":
+        assert total >= 6
+        counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+        # The count reads at most cap + 1 rows; the rest is the planner's estimate.
+        assert counts and all("LIMIT 6" in sql for sql in counts), counts
+        assert any(q["sql"].startswith("EXPLAIN") for q in queries.captured_queries)
+    else:
+        assert total == 9

@@ -14,25 +14,35 @@ app = Celery("a2a_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-_restore_unacked = kombu_redis.QoS.restore_unacked
+def _on_a_live_channel(method, what: str):
+    """kombu's QoS `method`, surviving a channel whose connection is already gone.
 
-
-def _restore_unacked_guarded(self, client=None):
-    """kombu's restore_unacked, surviving a connection that is already gone.
-
-    When Redis goes away, the consumer closes its channel and kombu tries to
-    put the prefetched messages back; with the connection already torn down
-    that raises AttributeError ('NoneType' object has no attribute
-    'hostname'), which Celery takes for an unrecoverable error: the worker
-    process exits. The messages stay in Redis' unacked set (restored after
-    the visibility timeout), and turns come back from their lease in the
-    database anyway, so the worker logs it and reconnects instead.
+    When Redis goes away, the consumer drops its channel and, back online,
+    builds a new one. kombu still puts back (at the loss) and acknowledges (as
+    late-acked jobs finish) the messages of the old channel through it, which
+    raises AttributeError ('NoneType' object has no attribute 'hostname' /
+    'client'); Celery takes that for an unrecoverable error and the worker
+    process exits. Such messages stay in Redis' unacked set and come back
+    after the visibility timeout, where a job whose turn is done returns at
+    once (turns come back from their lease in the database anyway), so the
+    worker logs it and goes on.
     """
-    try:
-        return _restore_unacked(self, client)
-    except AttributeError as exc:
-        logger.warning("Could not restore unacknowledged messages, the broker connection is gone: %r", exc)
-        self._delivered.clear()
+
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except AttributeError as exc:
+            transport = getattr(self.channel, "connection", None)
+            if transport is not None and getattr(transport, "client", None) is not None:
+                raise
+            logger.warning("Could not %s: the broker connection of its channel is gone (%r)", what, exc)
+            return None
+
+    return guarded
 
 
-kombu_redis.QoS.restore_unacked = _restore_unacked_guarded
+kombu_redis.QoS.restore_unacked = _on_a_live_channel(
+    kombu_redis.QoS.restore_unacked, "restore unacknowledged messages"
+)
+kombu_redis.QoS.ack = _on_a_live_channel(kombu_redis.QoS.ack, "acknowledge a message")
+kombu_redis.QoS.reject = _on_a_live_channel(kombu_redis.QoS.reject, "reject a message")

@@ -2,6 +2,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md manage.py ./
 COPY a2a_platform a2a_platform
+COPY tenants tenants
 COPY agents agents
 COPY tasks_app tasks_app
 COPY templates templates

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install lint worker bench clean
+.PHONY: run test install lint worker beat bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,10 @@ test: lint
 	$(PY) -m pytest
 
 worker: install
-	$(PY) -m celery -A a2a_platform worker --pool threads --concurrency 8 --beat --loglevel INFO
+	$(PY) -m celery -A a2a_platform worker --pool threads --concurrency 8 --loglevel INFO
+
+beat: install
+	mkdir -p var && $(PY) -m celery -A a2a_platform beat --loglevel INFO -s var/celerybeat-schedule
 
 bench: install
 	$(PY) bench/run.py

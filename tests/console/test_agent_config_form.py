@@ -42,3 +42,26 @@ def test_a_bad_progress_config_is_shown_next_to_the_field_and_registers_nothing(
     alice.get_by_role("button", name="Save").click()
     expect(config_field.get_by_role("alert")).to_contain_text('"duration" must be a number of seconds')
     assert orm(lambda: Agent.objects.get(tenant__slug="acme", slug=slug).config) == {"duration": 0.5}
+
+
+def test_an_owner_sets_the_turn_time_limit_in_the_console(server, sign_in):
+    alice = sign_in("alice")
+    slug = f"limited-{uuid.uuid4().hex[:6]}"
+    alice.goto("/console/t/acme/agents/new/")
+    alice.get_by_label("Name", exact=True).fill("Limited")
+    alice.get_by_label("Slug").fill(slug)
+    alice.get_by_label("Handler").select_option("echo")
+    alice.get_by_role("button", name="Register agent").click()
+    expect(alice.locator(".flash")).to_contain_text("is registered")
+    # Left empty, the limit is the default.
+    assert orm(lambda: Agent.objects.get(tenant__slug="acme", slug=slug).turn_timeout) == 600
+
+    alice.get_by_role("link", name="Edit").click()
+    alice.get_by_label("Turn timeout").fill("0")
+    alice.get_by_role("button", name="Save").click()
+    limit_field = alice.locator(".field.has-error", has=alice.get_by_label("Turn timeout"))
+    expect(limit_field.get_by_role("alert")).to_contain_text("greater than or equal to 1")
+    alice.get_by_label("Turn timeout").fill("45")
+    alice.get_by_role("button", name="Save").click()
+    expect(alice.locator(".flash")).to_be_visible()
+    assert orm(lambda: Agent.objects.get(tenant__slug="acme", slug=slug).turn_timeout) == 45

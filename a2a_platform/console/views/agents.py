@@ -16,7 +16,17 @@ from agents.cards import agent_url, card_dict, public_base_url
 from agents.services import agent_register, agent_update
 
 # What the form hands to the services besides the slug (fixed at registration).
-AGENT_FORM_FIELDS = ("name", "handler", "description", "version", "visibility", "enabled", "skills", "config")
+AGENT_FORM_FIELDS = (
+    "name",
+    "handler",
+    "description",
+    "version",
+    "visibility",
+    "enabled",
+    "turn_timeout",
+    "skills",
+    "config",
+)
 
 
 @require_GET

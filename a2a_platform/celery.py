@@ -14,6 +14,7 @@ app = Celery("a2a_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
 def _on_a_live_channel(method, what: str):
     """kombu's QoS `method`, surviving a channel whose connection is already gone.
 

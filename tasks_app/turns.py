@@ -72,6 +72,8 @@ logger = logging.getLogger(__name__)
 STOP_TIMEOUT = 5.0
 # How long an agent's cancel() may take when no turn of its task is running.
 AGENT_CANCEL_TIMEOUT = 30.0
+# Seconds a turn runs before it listens for its task's cancellation.
+LISTEN_AFTER = 0.25
 # A write the database refused for being unreachable is tried again for this long.
 DB_RETRY_FOR = 60.0
 
@@ -214,7 +216,11 @@ async def _watch(turn: Turn) -> str:
     """Return why the turn must stop: canceled, lease lost, or out of time. Renews the lease meanwhile."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + turn.timeout
-    next_renewal = loop.time() + settings.A2A_TURN_HEARTBEAT
+    # Most turns end within moments, before a cancel could matter: only a turn
+    # that runs on listens for one. Once it listens it looks at the store at
+    # once (a renewal reads the task's state), for a cancel sent before that.
+    await asyncio.sleep(min(LISTEN_AFTER, turn.timeout))
+    next_renewal = loop.time()
     feed = Feed(turn.task_pk, group=cancel_group_name(turn.task_pk))
     await feed.join()
     try:

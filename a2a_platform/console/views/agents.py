@@ -15,18 +15,8 @@ from agents.access import get_agent_for_tenant
 from agents.cards import agent_url, card_dict, public_base_url
 from agents.services import agent_register, agent_update
 
-# What the form hands to the services besides the slug (fixed at registration).
-AGENT_FORM_FIELDS = (
-    "name",
-    "handler",
-    "description",
-    "version",
-    "visibility",
-    "enabled",
-    "turn_timeout",
-    "skills",
-    "config",
-)
+# What the form edits and the services store: every form field but the slug (the URL).
+AGENT_FORM_FIELDS = tuple(name for name in AgentForm.Meta.fields if name != "slug")
 
 
 @require_GET

@@ -11,5 +11,6 @@ urlpatterns = [
     path("<slug:tenant>/<slug:agent>/", jsonrpc_endpoint, name="jsonrpc"),
     path("<slug:tenant>/<slug:agent>/.well-known/agent-card.json", agent_card, name="agent-card"),
     path("<slug:tenant>/<slug:agent>/.well-known/agent.json", agent_card, name="agent-card-legacy"),
-    re_path(rf"^{AGENT}/rest/(?P<rest>.+)$", rest_endpoint, name="rest"),
+    # [\s\S], not ".": a percent-encoded newline in an id still reaches the binding and its JSON errors.
+    re_path(rf"^{AGENT}/rest/(?P<rest>[\s\S]+)$", rest_endpoint, name="rest"),
 ]

@@ -4,26 +4,33 @@ Bad input gets a clear error (-32700 / -32602, HTTP 400) here, so that nothing
 further down fails on it with an internal error or stores something broken:
 
 - load_json: JSON too deeply nested for the parser is a parse error, like any other.
+  An integer too large for a double reads as infinite, as 1e400 does.
 - parse_dict: ProtoJSON into a proto, refusing what ParseDict would silently
   change (unknown enum names, which ignore_unknown_fields turns into the
-  default, and malformed base64, which it decodes leniently).
+  default, and malformed base64, which it decodes leniently), and numbers JSON
+  cannot carry: NaN, Infinity and -Infinity (json's bare tokens) and the
+  infinities of numbers beyond a double's range. Protobuf takes them into a
+  Struct but refuses to print them, so a stored one would break every read.
 - check_request: every parsed request proto, whatever the binding or dialect
   (the 1.0 bindings parse through parse_request, the 0.3 and draft dialects run
   their 1.0 requests through legacy.common.run, which calls it): no NUL
   character anywhere (PostgreSQL stores none in text or jsonb), no nesting
-  deeper than protobuf itself copes with, ids no longer than their columns, and
-  parts with content.
+  deeper than protobuf itself copes with, ids no longer than their columns,
+  parts with content, and no NaN or infinity in a request the 0.3 dialect built
+  with the SDK's conversions rather than parse_dict.
 """
 
 import base64
 import binascii
 import json
+import math
 import re
 from collections import deque
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
+from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -40,16 +47,29 @@ MAX_NESTING = 32
 MESSAGE_ID_MAX = Message._meta.get_field("message_id").max_length
 CONTEXT_ID_MAX = Context._meta.get_field("context_id").max_length
 
+INT32_LIMIT = 2**31
 PART_CONTENT = "text, raw, url or data"
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}|[A-Za-z0-9_-]*={0,2}")
 
 
 def load_json(raw: bytes | str):
-    """json.loads, where nesting too deep for the parser is a ValueError like other bad JSON."""
+    """json.loads, where nesting too deep for the parser is a ValueError like other bad JSON.
+
+    NaN, Infinity and -Infinity come back as floats, as json reads them, and so do
+    numbers beyond a double's range (infinite): parse_dict refuses them all.
+    """
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_int=_parse_int)
     except RecursionError:
         raise ValueError("the JSON is nested too deeply") from None
+
+
+def _parse_int(text: str) -> int | float:
+    # Protobuf turns a Struct number into a double and overflows on more; an int
+    # that large reads as the infinity 1e400 reads as, refused with it.
+    if len(text) > 300 and math.isinf(as_float := float(text)):
+        return as_float
+    return int(text)
 
 
 def is_base64(value: str) -> bool:
@@ -67,6 +87,12 @@ def is_base64(value: str) -> bool:
     return True
 
 
+def check_int32(value: int | None, where: str) -> None:
+    """A client number bound for an int32 proto field, which raises ValueError past its range."""
+    if value is not None and not -INT32_LIMIT <= value < INT32_LIMIT:
+        raise InvalidParamsError(message=f"Invalid params: {where} is out of range ({value})")
+
+
 def check_text(value: str, where: str) -> None:
     """A client string used in a lookup or stored as is: no NUL character."""
     if "\x00" in value:
@@ -75,6 +101,7 @@ def check_text(value: str, where: str) -> None:
 
 def parse_dict(data: dict, message):
     """ProtoJSON into `message`; unknown fields are ignored, wrong values are -32602."""
+    _check_finite(data)
     _check_json(data, message.DESCRIPTOR, "")  # first: its messages name the field
     try:
         ParseDict(data, message, ignore_unknown_fields=True)
@@ -89,6 +116,24 @@ def parse_request(data: dict, request_type):
     validate_proto_required_fields(parsed)
     check_request(parsed)
     return parsed
+
+
+def _check_finite(data) -> None:
+    """No NaN or infinite number anywhere in the params (breadth first, no recursion)."""
+    queue = deque([("", data)])
+    while queue:
+        path, value = queue.popleft()
+        if isinstance(value, float) and not math.isfinite(value):
+            shown = path if len(path) <= 80 else path[:80] + "..."
+            number = "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
+            raise InvalidParamsError(
+                message=f"Invalid params: {shown or 'params'} is {number}; JSON numbers must be finite"
+                " and fit in a double"
+            )
+        if isinstance(value, dict):
+            queue.extend((f"{path}.{key}" if path else key, item) for key, item in value.items())
+        elif isinstance(value, list):
+            queue.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
 
 
 def _check_json(data, descriptor, path: str) -> None:
@@ -130,7 +175,12 @@ def _check_json_value(field, value, where: str) -> None:
 
 def check_request(request) -> None:
     """The checks every request proto passes before an operation runs it."""
-    data = MessageToDict(request)  # the camelCase names clients send, for the messages
+    try:
+        data = MessageToDict(request)  # the camelCase names clients send, for the messages
+    except (json_format.Error, ValueError) as exc:
+        # A proto that did not come through parse_dict (the 0.3 dialect's SDK conversions)
+        # with a value protobuf will not print, such as NaN or an infinity in a Struct.
+        raise InvalidParamsError(message=f"Invalid params: {exc}") from None
     _check_values(data)
     if isinstance(request, pb.SendMessageRequest):
         _check_message(request.message, data.get("message", {}))

@@ -8,6 +8,7 @@ import json
 import uuid
 
 import httpx
+import pytest
 from django.conf import settings
 
 from tasks_app.models import Message, Task
@@ -260,3 +261,100 @@ def test_the_version_message_fits_an_explicit_0_3_and_a_missing_header(server, s
     assert "no A2A-Version header means 0.3" in missing["message"]
     rest_explicit = rest_error(httpx.get(rest(server, "tasks/t"), headers={"A2A-Version": "0.3"}), 400)
     assert "no A2A-Version header" not in rest_explicit["message"]
+
+
+# Found by the fuzz (test_fuzz_bindings.py): each was a -32603 or an HTTP 500 (or HTML) before.
+
+# JSON's bare tokens that Python's json reads, and numbers beyond a double (json reads 1e400 as inf).
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400", "-1" + "0" * 400]
+NUMBER = "<number>"
+
+
+def with_number(params: dict, number: str) -> str:
+    """params as JSON text, with the bare number token where the dict holds NUMBER."""
+    return json.dumps(params).replace(json.dumps(NUMBER), number)
+
+
+@pytest.fixture(scope="module")
+def known_task(server, stored) -> str:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": user_message("hi", unique("k"))}
+    )
+    return json.loads(rpc_raw(server, body, V1).text)["result"]["task"]["id"]
+
+
+def test_nan_and_infinity_in_a_struct_are_invalid_params_on_every_binding(server, known_task, stored):
+    before = stored_counts()
+    for number in NON_FINITE:
+        v1 = [
+            ("SendMessage", message_v1(unique("nan"), [{"data": {"x": [1, NUMBER]}}]), "parts[0].data.x[1]"),
+            (
+                "SendMessage",
+                message_v1(unique("nan"), [{"text": "hi"}], metadata={"m": NUMBER}),
+                "message.metadata.m",
+            ),
+            ("SendMessage", {**user_message("hi", unique("nan")), "metadata": {"m": NUMBER}}, "metadata.m"),
+            ("CancelTask", {"id": known_task, "metadata": {"m": NUMBER}}, "metadata.m"),
+        ]
+        for method, params, field in v1:
+            error = rpc_error(rpc_raw(server, envelope(method, with_number(params, number)), V1))
+            assert error["code"] == -32602 and field in error["message"], (number, error)
+        send = with_number(message_v1(unique("nan"), [{"data": {"x": NUMBER}}]), number)
+        response = httpx.post(rest(server, "message:send"), content=send, headers={**V1, **JSON}, timeout=30)
+        assert "parts[0].data.x" in rest_error(response, 400, "INVALID_PARAMS")["message"]
+        cancel = with_number({"metadata": {"m": NUMBER}}, number)
+        response = httpx.post(
+            rest(server, f"tasks/{known_task}:cancel"), content=cancel, headers={**V1, **JSON}, timeout=30
+        )
+        rest_error(response, 400, "INVALID_PARAMS")
+        # The 0.3 dialect builds its protos with the SDK's conversions, not from ProtoJSON.
+        v03_message = {"kind": "message", "role": "user", "messageId": unique("nan")}
+        for v03 in (
+            {"message": {**v03_message, "parts": [{"kind": "data", "data": {"x": NUMBER}}]}},
+            {
+                "message": {
+                    **v03_message,
+                    "parts": [{"kind": "text", "text": "hi"}],
+                    "metadata": {"m": NUMBER},
+                }
+            },
+            {
+                "message": {**v03_message, "parts": [{"kind": "text", "text": "hi"}]},
+                "metadata": {"m": NUMBER},
+            },
+        ):
+            error = rpc_error(rpc_raw(server, envelope("message/send", with_number(v03, number))))
+            assert error["code"] == -32602, (number, error)
+        draft = {
+            "id": unique("draft-nan"),
+            "message": {"role": "user", "parts": [{"type": "data", "data": {"x": NUMBER}}]},
+        }
+        error = rpc_error(rpc_raw(server, envelope("tasks/send", with_number(draft, number))))
+        assert error["code"] == -32602, (number, error)
+    assert stored_counts() == before
+
+
+def test_nan_in_a_push_config_is_invalid_params_naming_the_field(server, known_task, stored):
+    config = {"taskId": known_task, "url": "https://127.0.0.1/hook", "token": NUMBER}
+    error = rpc_error(
+        rpc_raw(server, envelope("CreateTaskPushNotificationConfig", with_number(config, "NaN")), V1)
+    )
+    assert error["code"] == -32602 and "token is NaN" in error["message"], error
+    v03 = {"taskId": known_task, "pushNotificationConfig": {"url": "https://127.0.0.1/hook", "token": NUMBER}}
+    error = rpc_error(rpc_raw(server, envelope("tasks/pushNotificationConfig/set", with_number(v03, "NaN"))))
+    assert error["code"] == -32602, error
+
+
+def test_a_history_length_beyond_int32_is_invalid_params_in_the_old_dialects(server, known_task, stored):
+    draft_id = unique("draft-long-history")
+    send = {"id": draft_id, "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
+    assert "result" in json.loads(rpc_raw(server, envelope("tasks/send", send)).text)
+    for task_id in (known_task, draft_id):  # answered by 0.3, then by the draft
+        error = rpc_error(rpc_raw(server, envelope("tasks/get", {"id": task_id, "historyLength": 2**31})))
+        assert error["code"] == -32602 and "historyLength" in error["message"], error
+
+
+def test_a_rest_path_with_an_encoded_newline_gets_a_status_body_not_html(server, stored):
+    for path in ("tasks/a%0Ab", "tasks/a%0A", "tasks/x/pushNotificationConfigs/c%0A1", "demo/tasks/%0A"):
+        response = httpx.get(rest(server, path), headers=V1, timeout=30)
+        rest_error(response, 404, "TASK_NOT_FOUND")

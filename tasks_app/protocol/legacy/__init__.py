@@ -20,6 +20,7 @@ from django.http import JsonResponse
 from tasks_app.protocol.http import CALLER_REFUSED, refusal
 from tasks_app.protocol.legacy import draft, v03
 from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
+from tasks_app.protocol.validation import check_int32
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ async def dispatch(request, body: dict, agent, request_id) -> JsonResponse:
 async def _task_method(ex: Exchange):
     # TaskQueryParams covers both dialects' {id, historyLength, metadata}.
     params = parse_model(types_v03.TaskQueryParams, ex.params)
+    check_int32(params.history_length, "historyLength")  # both dialects copy it into an int32 field
     call = await ex.call(SHARED_TASK_METHODS[ex.method])
     task = await sync_to_async(find_task)(call.caller, params.id)
     if task is None:

@@ -203,7 +203,12 @@ EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
 # The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
 CELERY_BEAT_SCHEDULE = {
-    "sweep-turns": {"task": "tasks_app.tasks.sweep_turns", "schedule": A2A_SWEEP_INTERVAL},
+    # A sweep nobody ran in time is dropped: the next one does its work.
+    "sweep-turns": {
+        "task": "tasks_app.tasks.sweep_turns",
+        "schedule": A2A_SWEEP_INTERVAL,
+        "options": {"expires": A2A_SWEEP_INTERVAL * 5},
+    },
 }
 
 # --- Task engine ----------------------------------------------------------------

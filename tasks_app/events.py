@@ -164,7 +164,11 @@ class Feed:
 
     async def join(self) -> bool:
         try:
-            await self.subscription.__aenter__()
+            if self.joined:
+                # The same channel again: refreshes the membership, adds none.
+                await self.subscription.layer.group_add(self.subscription.group, self.subscription.channel)
+            else:
+                await self.subscription.__aenter__()
         except Exception as exc:
             logger.warning("Could not join %s: %r", self.subscription.group, exc)
             self.joined = False
@@ -184,7 +188,7 @@ class Feed:
             self.joined = False
             return None
         if message is None:
-            await self.join()  # idempotent: refreshes a membership Redis may have lost
+            await self.join()  # refreshes a membership a restarted Redis has lost
         return message
 
     async def close(self) -> None:

@@ -74,7 +74,7 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
         previous = next(
             iter(
                 Message.objects.filter(tenant=caller.tenant, message_id=message.message_id).select_related(
-                    "task"
+                    "task__context", "task__status_message"
                 )[:1]
             ),
             None,

@@ -1,7 +1,8 @@
 """The sweeper: finds turns no worker will run and hands them out again.
 
-It runs every A2A_SWEEP_INTERVAL seconds, on the beat process in services
-mode and on a thread of `manage.py serve` embedded. Two kinds of turns:
+It runs every A2A_SWEEP_INTERVAL seconds: in services mode the beat process
+schedules it and a worker runs it (a sweep not run within a few intervals
+expires); embedded, a thread of `manage.py serve` runs it. Two kinds of turns:
 
 - running, with a lease nobody renewed for A2A_TURN_LEASE seconds: its worker
   died. The turn goes back to the queue, to be run again from its input
@@ -42,9 +43,12 @@ def turn_sweep() -> dict:
     )[:SWEEP_BATCH]
     for message_pk, task_pk, attempts, state in expired:
         turn = Turn(task_pk=str(task_pk), message_pk=message_pk, attempt=attempts, timeout=0.0)
-        if state in SETTLED_STATES or attempts >= settings.A2A_TURN_MAX_ATTEMPTS:
-            # A task that ended or waits for an answer has nothing to run again.
-            if _give_up(turn, now) and state not in SETTLED_STATES:
+        superseded = Message.objects.filter(
+            task_id=task_pk, role=Message.Role.USER, pk__gt=message_pk
+        ).exists()
+        if state in SETTLED_STATES or superseded or attempts >= settings.A2A_TURN_MAX_ATTEMPTS:
+            # A task that ended, waits for an answer or has a later turn has nothing to run again.
+            if _give_up(turn, now, superseded) and state not in SETTLED_STATES and not superseded:
                 failed += 1
             continue
         back = (
@@ -74,14 +78,14 @@ def turn_sweep() -> dict:
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
 
 
-def _give_up(turn: Turn, now) -> bool:
+def _give_up(turn: Turn, now, superseded: bool = False) -> bool:
     """Close a lost turn that is not run again; its task ends FAILED if nothing else settled it."""
     with transaction.atomic():
         task = lock_task(turn.task_pk)
         if not owned_turn(turn).filter(lease_until__lt=now).update(turn=Message.Turn.DONE, lease_until=None):
             return False
         canceled = task.state == TaskState.CANCELED
-        if not task.is_terminal and not task.is_interrupted:
+        if not task.is_terminal and not task.is_interrupted and not superseded:
             task_fail(
                 task,
                 f"The turn was attempted {turn.attempt} times and the worker running it was lost each time.",

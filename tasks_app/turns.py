@@ -44,7 +44,7 @@ from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidAgentResponseError
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F
 from django.utils import timezone
 from google.protobuf.json_format import ParseDict
@@ -113,6 +113,8 @@ def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn from a worker thread: claim it here, run it on the engine loop, wait."""
     if not turn_claim(message_pk):
         return  # another delivery of this turn got there first
+    # The turn's database work runs on the engine's threads: give this thread's connection back.
+    close_old_connections()
     engine.run(turn_drive(task_id, message_pk))
 
 
@@ -130,7 +132,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         turn, executor, request_context, view = setup
         queue = TurnEventQueue(turn, view)
         if isinstance(executor, HandlerNotAvailable):
-            raise executor
+            missing, executor = executor, None
+            raise missing
         logger.info(
             "Turn %s of task %s started (handler %s, attempt %s)",
             message_pk,
@@ -154,6 +157,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
                 pass
             except Exception as exc:
                 error = error or exc
+            # A batch written in the background that failed fails the turn with its own reason.
+            error = error or queue.error
         else:
             reason = watcher.result()
             queue.close()
@@ -161,7 +166,9 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
             if not execution.done():
                 logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
-            if reason == LOST:
+            if reason == LOST and queue.finished:
+                lost = True  # the agent's own last batch closed the turn; nothing was lost
+            elif reason == LOST:
                 lost = True
                 logger.warning(
                     "Turn %s of task %s lost its lease; left to the worker that has it", message_pk, task_pk
@@ -508,17 +515,20 @@ class TurnEventQueue(EventQueue):
             if stored is None:
                 self.close()
                 raise TurnAborted()
-            if stored:
-                self.ended_task = True
+            if stored in SETTLED_STATES:
                 self.finished = True
+            if stored in TERMINAL_STATES:
+                self.ended_task = True
 
 
-def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> bool | None:
-    """Store a batch of the agent's events in one transaction.
+def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str | None:
+    """Store a batch of the agent's events in one transaction; the task's state after it.
 
     None if the turn may write no more (its task ended, or another attempt
-    holds its lease); True if the batch ended the task (the turn is then done
-    too); False otherwise.
+    holds its lease). A batch that ends or interrupts the task closes the
+    turn too: the answer to a question starts a turn of its own, which no
+    late event of this one may write into, and which the sweeper must never
+    mistake for this one's.
     """
     with transaction.atomic():
         task = lock_task(turn.task_pk)
@@ -528,8 +538,8 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> bool 
         for event in batch:
             writer.apply(event)
         # Renews the lease too (a turn that stores events is alive), and closes
-        # the turn when the batch ends the task.
-        if task.is_terminal:
+        # the turn when the batch settles the task.
+        if task.state in SETTLED_STATES:
             held = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
         else:
             held = owned_turn(turn).update(
@@ -539,7 +549,10 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> bool 
             # Another attempt holds the turn: this one writes nothing more.
             return None
         writer.commit()
-        return task.is_terminal
+    if view is not None and writer.view_after is not None:
+        # Only once committed: a batch tried again after a failed commit must not count twice.
+        view.messages, view.artifacts = writer.view_after.messages, writer.view_after.artifacts
+    return task.state
 
 
 class _BatchWriter:
@@ -549,6 +562,7 @@ class _BatchWriter:
         self.task = task
         self.turn = turn
         self.view = view
+        self.view_after: TaskView | None = None
         self.entries: list[tuple[str, dict]] = []
         self.messages: list[Message] = []
         self.artifacts: dict[str, Artifact] = {}
@@ -664,9 +678,10 @@ class _BatchWriter:
             artifact.save()
         snapshot = None
         if self.view is not None:
-            self.view.add(self.messages, list(self.changed_artifacts.values()))
+            self.view_after = TaskView(messages=list(self.view.messages), artifacts=list(self.view.artifacts))
+            self.view_after.add(self.messages, list(self.changed_artifacts.values()))
             if task.state in SETTLED_STATES:
-                snapshot = self.view.snapshot(task)
+                snapshot = self.view_after.snapshot(task)
         events = log_append(task, self.entries, snapshot=snapshot)
         task.save(update_fields=sorted(self.fields))
         push_deliveries_queue(task, events)

@@ -99,7 +99,7 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
         # The echo agent's three events (WORKING, the artifact, COMPLETED) are one batch.
         assert len(queue.events) == 3
         with CaptureQueriesContext(connection) as store:
-            assert events_store(turn, queue.events, view) is True
+            assert events_store(turn, queue.events, view) == "completed"
         assert len(_statements(prepare)) <= PREPARE_MAX, _statements(prepare)
         assert len(_statements(store)) <= STORE_MAX, _statements(store)
         stored_task = task_get(caller, str(outcome.task.pk))

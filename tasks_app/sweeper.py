@@ -35,10 +35,12 @@ logger = logging.getLogger(__name__)
 SWEEP_BATCH = 500
 
 
-def turn_sweep() -> dict:
+def turn_sweep(*, task_pks=None) -> dict:
+    """One sweep; `task_pks` limits it to those tasks (a targeted sweep, as the tests make)."""
     now = timezone.now()
     requeued = failed = redispatched = 0
-    expired = Message.objects.filter(turn=Message.Turn.RUNNING, lease_until__lt=now).values_list(
+    turns = Message.objects.all() if task_pks is None else Message.objects.filter(task_id__in=task_pks)
+    expired = turns.filter(turn=Message.Turn.RUNNING, lease_until__lt=now).values_list(
         "pk", "task_id", "turn_attempts", "task__state"
     )[:SWEEP_BATCH]
     for message_pk, task_pk, attempts, state in expired:
@@ -67,7 +69,7 @@ def turn_sweep() -> dict:
             requeued += 1
     quiet = now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER)
     stale = (
-        Message.objects.filter(turn=Message.Turn.PENDING)
+        turns.filter(turn=Message.Turn.PENDING)
         .filter(Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet))
         .values_list("pk", "task_id")[:SWEEP_BATCH]
     )

@@ -120,6 +120,9 @@ if DATABASE_URL:
         # connections are never reused; a psycopg pool is (Django requires
         # CONN_MAX_AGE=0 with it).
         DATABASES["default"]["CONN_MAX_AGE"] = 0
+        # The pool checks a connection as it hands it out: after a database restart
+        # the dead ones are dropped instead of failing one request each.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
             "max_size": env_int("DB_POOL_MAX", 40),

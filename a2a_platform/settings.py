@@ -271,7 +271,12 @@ OAUTH2_PROVIDER = {
         "a2a:invoke": "Send messages, stream and cancel tasks",
         "a2a:read": "Read, list and subscribe to tasks",
         "a2a:push": "Manage push notification configs",
-        "agents:manage": "Manage the tenant's agents and clients",
+        # An approver: sees the tenant's tasks on an agent and decides auth-required ones it did not send.
+        "a2a:approve": "Grant or deny auth-required tasks that other callers sent",
+        # The management API, split by least privilege: agent config, task content, visibility.
+        "agents:manage": "Manage the tenant's agents (configuration, not task content)",
+        "agents:publish": "Change whether an agent is public or needs credentials",
+        "tasks:read": "Read the tenant's tasks and messages through the management API",
     },
     "DEFAULT_SCOPES": ["a2a:invoke", "a2a:read", "a2a:push"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_TOKEN_TTL", 3600),

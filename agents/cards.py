@@ -71,8 +71,40 @@ def _security(base_url: str) -> tuple[dict, list[dict]]:
     return schemes, requirements
 
 
-def card_dict(agent: Agent, base_url: str, *, extended: bool = False) -> dict:
-    """The agent's card in 1.0 ProtoJSON plus the 0.3 top-level fields older clients read."""
+def requested_version(request) -> str:
+    """The A2A-Version a request names: header, else query parameter; '' when it names none."""
+    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
+    return value.strip()
+
+
+def card_version(request) -> str | None:
+    """Which card a request gets: "1.0" (exactly the 1.0 schema), "0.3" (the superset), None if unsupported.
+
+    No version means 0.3 (spec §3.6): those clients keep the superset they read today.
+    """
+    major = (requested_version(request) or "0.3").split(".")[0]
+    return {"1": "1.0", "0": "0.3"}.get(major)
+
+
+# What the 1.0 schema REQUIRES of a card (proto field_behavior), repeated or not.
+REQUIRED_CARD_FIELDS = {
+    "name": "",
+    "description": "",
+    "supportedInterfaces": [],
+    "version": "",
+    "capabilities": {},
+    "defaultInputModes": [],
+    "defaultOutputModes": [],
+    "skills": [],
+}
+
+
+def card_dict(agent: Agent, base_url: str, *, extended: bool = False, version: str = "0.3") -> dict:
+    """The agent's card in 1.0 ProtoJSON; for "0.3", plus the top-level fields 0.3 clients read.
+
+    Every field 1.0 requires is present, empty or not (`skills: []` for an
+    agent without skills): ProtoJSON would leave out an empty one.
+    """
     url = agent_url(agent, base_url)
     tenant = agent.tenant.slug
     description = agent.description or handler_defaults(agent.handler)["description"] or agent.name
@@ -101,6 +133,10 @@ def card_dict(agent: Agent, base_url: str, *, extended: bool = False) -> dict:
         card["securitySchemes"], card["securityRequirements"] = _security(base_url)
     # Round trip through the SDK type: a card we cannot parse must never be served.
     served = MessageToDict(ParseDict(card, pb.AgentCard()), preserving_proto_field_name=False)
+    for name, empty in REQUIRED_CARD_FIELDS.items():
+        served.setdefault(name, type(empty)())
+    if version != "0.3":
+        return served
     # What 0.3 clients read (as a2a-sdk's own card serializer adds them).
     served.update({"url": url, "preferredTransport": "JSONRPC", "protocolVersion": "0.3"})
     if not agent.is_public:

@@ -28,9 +28,6 @@ BUILTIN_HANDLERS = {
     "a2a_proxy": "agents.builtin.a2a_proxy.A2AProxyAgentExecutor",
 }
 ENTRY_POINT_GROUP = "a2a_platform.handlers"
-# The key of the data part an operator's authorization answer carries ("granted" or
-# "denied", with "by"): tasks_app/operator.py writes it, handlers such as approval read it.
-AUTHORIZATION_KEY = "authorization"
 
 
 class HandlerNotAvailable(Exception):

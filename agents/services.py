@@ -69,29 +69,45 @@ def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fie
 
 
 def agent_update(*, agent: Agent, actor: str, **fields) -> Agent:
+    """Change an agent's fields; a change of visibility is audited as its own action, with both values."""
     changed = {name: value for name, value in fields.items() if name in AGENT_FIELDS}
     if "handler" in changed:
         _check_handler(changed["handler"])
+    visibility_before = agent.visibility
     for name, value in changed.items():
         setattr(agent, name, value)
     # Outside the transaction, as in agent_register.
     agent.full_clean(validate_unique=False, validate_constraints=False)
-    if set(changed) == {"enabled"}:
+    if agent.visibility == visibility_before:
+        changed.pop("visibility", None)
+    others = sorted(set(changed) - {"visibility"})
+    if others == ["enabled"]:
         action = "agent.enable" if agent.enabled else "agent.disable"
     else:
         action = "agent.update"
     with transaction.atomic():
         # Only the fields sent: a concurrent edit of another field survives.
         agent.save(update_fields=[*changed, "updated_at"])
-        # Config may hold secrets of the handler (API keys): record which fields changed, not their values.
-        audit_record(
-            tenant=agent.tenant,
-            actor=actor,
-            action=action,
-            target_type="agent",
-            target_id=agent.slug,
-            details={"fields": sorted(changed)},
-        )
+        if "visibility" in changed:
+            # Opening an agent to anonymous callers (or closing it) is a security change of its own.
+            audit_record(
+                tenant=agent.tenant,
+                actor=actor,
+                action="agent.visibility",
+                target_type="agent",
+                target_id=agent.slug,
+                details={"from": visibility_before, "to": agent.visibility},
+            )
+        if others or not changed:
+            # Config may hold the handler's secrets (API keys): record which fields changed, not values.
+            audit_record(
+                tenant=agent.tenant,
+                actor=actor,
+                action=action,
+                target_type="agent",
+                target_id=agent.slug,
+                details={"fields": others},
+            )
     return agent
 
 

@@ -4,7 +4,7 @@ from django.utils.cache import get_conditional_response
 from django.views.decorators.csrf import csrf_exempt
 
 from agents.access import get_enabled_agent
-from agents.cards import card_cache_headers, card_dict, card_last_modified, public_base_url
+from agents.cards import card_cache_headers, card_dict, card_last_modified, card_version, public_base_url
 from agents.models import Agent
 
 # Cards are only ever read: nothing here takes a write, so no CSRF check either
@@ -20,12 +20,23 @@ def _method_not_allowed(request) -> JsonResponse | None:
     return response
 
 
+def _version_not_supported() -> JsonResponse:
+    return JsonResponse(
+        {"error": "This A2A-Version is not supported; cards are served for 1.0 and 0.3 (no version)"},
+        status=400,
+    )
+
+
 def _card_response(request, tenant: str, agent: str):
+    version = card_version(request)
+    if version is None:
+        return _version_not_supported()
     found = get_enabled_agent(tenant, agent)
     if found is None:
         return JsonResponse({"error": "No agent at this URL"}, status=404)
-    card = card_dict(found, public_base_url(request))
-    headers = card_cache_headers(card, found)
+    card = card_dict(found, public_base_url(request), version=version)
+    # The card depends on A2A-Version: a shared cache must keep one per version.
+    headers = {**card_cache_headers(card, found), "Vary": "A2A-Version"}
     # Django evaluates the preconditions as RFC 9110 §13.2.2 says: If-None-Match
     # by weak comparison (with or without W/, lists, *), and If-Modified-Since
     # only when there is no If-None-Match. A 304 keeps ETag, Last-Modified and
@@ -46,11 +57,11 @@ async def agent_card(request, tenant: str, agent: str):
     return await sync_to_async(_card_response)(request, tenant, agent)
 
 
-def _catalog(request, tenant: str):
+def _catalog(request, tenant: str, version: str):
     agents = Agent.objects.select_related("tenant").filter(tenant__slug=tenant, enabled=True).order_by("slug")
     base_url = public_base_url(request)
     # Every enabled agent's public card; authenticated agents show how to get a token.
-    return [card_dict(agent, base_url) for agent in agents]
+    return [card_dict(agent, base_url, version=version) for agent in agents]
 
 
 @csrf_exempt
@@ -58,7 +69,10 @@ async def tenant_catalog(request, tenant: str):
     refused = _method_not_allowed(request)
     if refused:
         return refused
-    cards = await sync_to_async(_catalog)(request, tenant)
+    version = card_version(request)
+    if version is None:
+        return _version_not_supported()
+    cards = await sync_to_async(_catalog)(request, tenant, version)
     if not cards:
         return JsonResponse({"error": "No agents at this URL"}, status=404)
-    return JsonResponse({"agents": cards})
+    return JsonResponse({"agents": cards}, headers={"Vary": "A2A-Version"})

@@ -26,6 +26,11 @@ class Caller:
     scopes: frozenset[str] = field(default_factory=frozenset)
     # Tenant operators (console) see every caller's tasks.
     sees_all: bool = False
+    # Holds the right to approve others' auth-required tasks (agents/approvals.py):
+    # an operator or owner, or a token with the a2a:approve scope.
+    may_approve: bool = False
+    # How an approval names this caller ("alice", a client's name).
+    name: str = ""
 
 
 def parse_task_uuid(task_id: str) -> uuid.UUID | None:

@@ -135,6 +135,9 @@ class Message(models.Model):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # Who sent it, for user messages: same principal format as Task.owner.
     sender = models.CharField(max_length=255, blank=True, default="")
+    # An approver's decision this message carries to the agent ({"decision", "by",
+    # "principal"}), written by the platform alone (services._approval), never from the wire.
+    approval = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -14,7 +14,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from django.db import transaction
 
-from agents.registry import AUTHORIZATION_KEY
+from agents.approvals import APPROVERS, DENIED, GRANTED
 from tasks_app.access import Caller, get_task_for_tenant
 from tasks_app.models import Task, TaskState
 from tasks_app.services import message_send, task_cancel
@@ -29,8 +29,20 @@ class TaskConflict(Exception):
         self.task = task
 
 
+class NotAnApprover(Exception):
+    """The operator asked to decide on a task they requested themselves: 403 in the API."""
+
+
 def operator_caller(task: Task, user) -> Caller:
-    return Caller(tenant=task.tenant, agent=task.agent, principal=f"user:{user.pk}", sees_all=True)
+    # The console and the API let only operators and owners act on tasks, so the caller may approve.
+    return Caller(
+        tenant=task.tenant,
+        agent=task.agent,
+        principal=f"user:{user.pk}",
+        sees_all=True,
+        may_approve=True,
+        name=user.get_username(),
+    )
 
 
 def _current(task: Task) -> Task:
@@ -46,7 +58,7 @@ def _waiting(task: Task, state: str) -> Task:
     return current
 
 
-def _send(task: Task, user, parts: list[pb.Part]) -> None:
+def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -> None:
     message = pb.Message(
         message_id=f"operator-{uuid.uuid4()}",
         role=pb.ROLE_USER,
@@ -55,7 +67,7 @@ def _send(task: Task, user, parts: list[pb.Part]) -> None:
         parts=parts,
     )
     try:
-        message_send(operator_caller(task, user), pb.SendMessageRequest(message=message))
+        message_send(operator_caller(task, user), pb.SendMessageRequest(message=message), decision=decision)
     except UnsupportedOperationError as error:
         # The task stopped waiting (terminal, or answered) between our check and the send.
         raise TaskConflict(_current(task), error.message) from None
@@ -78,12 +90,18 @@ def operator_answer(task: Task, user, text: str) -> None:
 
 @transaction.atomic
 def operator_authorize(task: Task, user, granted: bool) -> None:
-    """Grant or deny an auth-required task (TaskConflict if it is not). The handler decides what it means."""
+    """Grant or deny an auth-required task as its approver; the handler decides what it means.
+
+    TaskConflict if it does not wait for an authorization; NotAnApprover if
+    `user` sent the request: nobody approves their own request.
+    """
     task = _waiting(task, TaskState.AUTH_REQUIRED)
-    decision = "granted" if granted else "denied"
-    data = pb.Part()
-    data.data.struct_value.update({AUTHORIZATION_KEY: decision, "by": user.username})
-    _send(task, user, [pb.Part(text=f"Authorization {decision} by {user.username}"), data])
+    if task.owner == f"user:{user.pk}":
+        raise NotAnApprover(f"You sent this request yourself. {APPROVERS}")
+    decision = GRANTED if granted else DENIED
+    # The decision travels in the message's approval record, not in its parts:
+    # the text only tells a reader of the history what happened.
+    _send(task, user, [pb.Part(text=f"Authorization {decision} by {user.get_username()}")], decision)
     audit_record(
         tenant=task.tenant,
         actor=f"user:{user.username}",

@@ -19,6 +19,7 @@ from a2a.utils.errors import (
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agents.approvals import requested_decision
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
@@ -48,7 +49,9 @@ class SendOutcome:
         return task_dict(self.task)
 
 
-def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
+def message_send(
+    caller: Caller, request: pb.SendMessageRequest, *, decision: str | None = None
+) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
     A message without taskId creates a task (in its contextId, or a new
@@ -60,6 +63,11 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
     entry); the turn is dispatched and the entry published after it commits,
     and a failure there is only logged: the task is accepted, the sweeper
     dispatches it again.
+
+    A message to an auth-required task from an approver who is not its
+    requester carries that approver's decision to the agent (`_approval`);
+    `decision` is the operator's explicit grant or denial, else the message's
+    words decide.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -82,7 +90,7 @@ def message_send(caller: Caller, request: pb.SendMessageRequest) -> SendOutcome:
         if previous is not None:
             return _resend_outcome(caller, previous)
         if message.task_id:
-            task, seq_before = _continue_task(caller, message, push_config)
+            task, seq_before = _continue_task(caller, message, push_config, decision)
         else:
             task = _create_task(caller, message, push_config)
             seq_before = 0
@@ -124,7 +132,10 @@ def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInp
 
 
 def _continue_task(
-    caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None
+    caller: Caller,
+    message: pb.Message,
+    push_config: PushConfigInput | None = None,
+    decision: str | None = None,
 ) -> tuple[Task, int]:
     task = get_task_for_caller(caller, message.task_id, for_update=True)
     if task is None:
@@ -143,7 +154,8 @@ def _continue_task(
     if push_config is not None:
         # A config sent with a follow-up message covers the task from this turn on.
         push_config_save(task, push_config)
-    user_message = _store_user_message(caller, task, message)
+    approval = _approval(caller, task, message, decision)
+    user_message = _store_user_message(caller, task, message, approval)
     # The answer is in: the task leaves the operator queues at once.
     task.state = TaskState.SUBMITTED
     task.status_message = None
@@ -155,7 +167,24 @@ def _continue_task(
     return task, seq_before
 
 
-def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Message:
+def _approval(caller: Caller, task: Task, message: pb.Message, decision: str | None) -> dict | None:
+    """The decision this message carries to the agent, or None when it carries none.
+
+    Only for an auth-required task, only from a caller with the right to
+    approve, and never from the requester itself: entering AUTH_REQUIRED is
+    not permission, and neither is the requester saying "approve".
+    """
+    if task.state != TaskState.AUTH_REQUIRED or not caller.may_approve or caller.principal == task.owner:
+        return None
+    decision = decision or requested_decision(message)
+    if decision is None:
+        return None
+    return {"decision": decision, "by": caller.name or caller.principal, "principal": caller.principal}
+
+
+def _store_user_message(
+    caller: Caller, task: Task, message: pb.Message, approval: dict | None = None
+) -> Message:
     data = proto_to_dict(message)
     try:
         # No savepoint: a clash aborts the whole transaction, and nothing of it is kept.
@@ -172,6 +201,7 @@ def _store_user_message(caller: Caller, task: Task, message: pb.Message) -> Mess
             turn=Message.Turn.PENDING,
             dispatched_at=timezone.now(),
             sender=caller.principal,
+            approval=approval,
         )
     except IntegrityError:
         # Two requests raced with the same messageId; the other one won.

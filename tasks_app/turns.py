@@ -49,6 +49,7 @@ from django.db.models import F
 from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
+from agents.approvals import AUTHORIZATION_KEY
 from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine
 from tasks_app.access import parse_task_uuid
@@ -410,15 +411,16 @@ def _request_context(
                     tenant=task.tenant, pk__in=related_pks
                 ).select_related("context", "status_message")
             ]
-    call_context = ServerCallContext(
-        tenant=task.tenant.slug,
-        state={
-            "tenant": task.tenant.slug,
-            "agent": task.agent.slug,
-            "agent_config": task.agent.config,
-            "principal": task.owner,
-        },
-    )
+    state = {
+        "tenant": task.tenant.slug,
+        "agent": task.agent.slug,
+        "agent_config": task.agent.config,
+        "principal": task.owner,
+    }
+    if user_message is not None and user_message.approval:
+        # Only from the stored column: nothing a caller sent can put a decision here.
+        state[AUTHORIZATION_KEY] = dict(user_message.approval)
+    call_context = ServerCallContext(tenant=task.tenant.slug, state=state)
     return RequestContext(
         call_context,
         request=request,

@@ -4,8 +4,12 @@ A person (session, or an interactive OAuth2 token) acts with the role of their
 membership. A program (client-credentials token) acts as an admin of its own
 tenant, but cannot mint credentials, change members or act on tasks: those
 need a person, so every credential change and operator action has one behind it.
-Tokens need the `agents:manage` scope. Any tenant the principal has no access
-to answers 404, like a tenant that does not exist.
+
+Tokens, a person's or a program's, also need the scope of what they touch
+(least privilege): `agents:manage` for agents and the tenant's setup,
+`tasks:read` for task content, and a program needs `agents:publish` as well to
+make an agent public or private. Any tenant the principal has no access to
+answers 404, like a tenant that does not exist.
 """
 
 from dataclasses import dataclass
@@ -19,6 +23,9 @@ from tenants.access import get_membership, role_allows
 from tenants.models import Membership, Tenant
 
 MANAGE_SCOPE = "agents:manage"
+TASKS_READ_SCOPE = "tasks:read"
+PUBLISH_SCOPE = "agents:publish"
+API_SCOPES = (MANAGE_SCOPE, TASKS_READ_SCOPE, PUBLISH_SCOPE)
 
 
 @dataclass(frozen=True)
@@ -29,9 +36,16 @@ class Admin:
     actor: str
     # None for a program's token.
     user: AbstractBaseUser | None = None
+    # The token's scopes; None for a session (a person at the console, judged by role alone).
+    scopes: frozenset[str] | None = None
 
     def has_role(self, role: str) -> bool:
         return role_allows(self.role, role)
+
+    @property
+    def may_publish(self) -> bool:
+        """Whether this principal may change an agent's visibility: a person, or a program with the scope."""
+        return self.user is not None or PUBLISH_SCOPE in (self.scopes or ())
 
 
 def request_token(request) -> AccessToken | None:
@@ -51,38 +65,57 @@ def _not_found() -> NotFound:
     return NotFound()
 
 
-def admin_resolve(request, tenant_slug: str) -> Admin:
-    """The Admin acting in tenant `tenant_slug`; NotFound if they have no access to it."""
+def admin_resolve(request, tenant_slug: str, scopes: tuple[str, ...] = (MANAGE_SCOPE,)) -> Admin:
+    """The Admin acting in tenant `tenant_slug`; NotFound if they have no access to it.
+
+    A token needs one of `scopes` (PermissionDenied otherwise).
+    """
     token = request_token(request)
+    token_scopes = None
     if token is not None:
         client = token.application
         if client is None or client.tenant.slug != tenant_slug:
             raise _not_found()
-        if MANAGE_SCOPE not in token.scope.split():
-            raise PermissionDenied(f"The management API needs the '{MANAGE_SCOPE}' scope")
+        token_scopes = frozenset(token.scope.split())
+        if not token_scopes & set(scopes):
+            needed = " or ".join(f"'{scope}'" for scope in scopes)
+            raise PermissionDenied(f"This needs a token with the {needed} scope")
         if token.user_id is None:
-            return Admin(tenant=client.tenant, role=Membership.Role.OWNER, actor=f"client:{client.client_id}")
+            return Admin(
+                tenant=client.tenant,
+                role=Membership.Role.OWNER,
+                actor=f"client:{client.client_id}",
+                scopes=token_scopes,
+            )
         user = token.user
     else:
         user = request.user
     membership = get_membership(user, tenant_slug)
     if membership is None:
         raise _not_found()
-    return Admin(tenant=membership.tenant, role=membership.role, actor=f"user:{user.username}", user=user)
+    return Admin(
+        tenant=membership.tenant,
+        role=membership.role,
+        actor=f"user:{user.username}",
+        user=user,
+        scopes=token_scopes,
+    )
 
 
 def tenants_of(request) -> list[tuple[Tenant, str]]:
     """The tenants the principal can manage, with its role in each."""
     token = request_token(request)
+    if token is not None and not set(token.scope.split()) & set(API_SCOPES):
+        return []
     if token is not None and token.user_id is None:
-        if token.application is None or MANAGE_SCOPE not in token.scope.split():
+        if token.application is None:
             return []
         return [(token.application.tenant, Membership.Role.OWNER)]
     user = token.user if token is not None else request.user
     memberships = Membership.objects.select_related("tenant").filter(user=user).order_by("tenant__slug")
     if token is not None:
         # An interactive token is bound to its client's tenant, whatever else its person belongs to.
-        if MANAGE_SCOPE not in token.scope.split() or token.application is None:
+        if token.application is None:
             return []
         memberships = memberships.filter(tenant_id=token.application.tenant_id)
     return [(m.tenant, m.role) for m in memberships]

@@ -1,50 +1,23 @@
 """Needs an approval before it acts: the auth-required round trip.
 
 First turn: AUTH_REQUIRED, with a status message saying what is needed. A
-later message decides: an operator's answer (a data part
-`{"authorization": "granted" | "denied", "by": ...}`, as the console sends it)
-or a plain reply such as "approve" / "deny". A grant completes the task with
-an artifact saying what was approved and by whom; a denial ends it REJECTED;
-anything else leaves it AUTH_REQUIRED and says again what is expected.
+later turn decides only on the platform's record of an approver's decision
+(`agents.approvals.authorization_of`): a grant completes the task with an
+artifact saying what was approved and by whom, a denial ends it REJECTED.
+Any other message, the requester's own "approve" included, leaves it
+AUTH_REQUIRED and says who may decide.
 """
 
-import re
-
-from a2a.helpers import get_data_parts, new_text_message, new_text_part
+from a2a.helpers import new_text_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Message, TaskState
+from a2a.types import TaskState
 
+from agents.approvals import APPROVERS, GRANTED, authorization_of, requested_decision
 from agents.builtin.history import earlier_user_messages, message_text
-from agents.registry import AUTHORIZATION_KEY
 
-GRANT_WORDS = {"approve", "approved", "yes", "grant", "granted", "allow", "allowed"}
-DENY_WORDS = {"deny", "denied", "no", "reject", "rejected", "decline", "declined"}
-EXPECTED = (
-    'Reply "approve" to let it run or "deny" to refuse it; '
-    "an operator can also grant or deny it from the console."
-)
-
-
-def read_decision(message: Message | None) -> tuple[str | None, str | None]:
-    """("granted" | "denied" | None, who decided or None) for one user message.
-
-    A structured answer wins over the text around it: the operator's message
-    also carries the text "Authorization granted by alice".
-    """
-    if message is None:
-        return None, None
-    for data in get_data_parts(message.parts):
-        if isinstance(data, dict) and data.get(AUTHORIZATION_KEY) in ("granted", "denied"):
-            by = data.get("by")
-            return data[AUTHORIZATION_KEY], str(by) if by else None
-    words = set(re.findall(r"[a-z]+", message_text(message).lower()))
-    # A reply with both kinds of word ("no, approve") is unclear, not a decision.
-    granted, denied = bool(words & GRANT_WORDS), bool(words & DENY_WORDS)
-    if granted != denied:
-        return ("granted" if granted else "denied"), None
-    return None, None
+EXPECTED = 'An approver replies "approve" to let it run or "deny" to refuse it. ' + APPROVERS
 
 
 class ApprovalAgentExecutor(AgentExecutor):
@@ -54,8 +27,8 @@ class ApprovalAgentExecutor(AgentExecutor):
             "id": "approval",
             "name": "Approval gate",
             "description": (
-                "Asks for an authorization first; completes when it is granted and "
-                "ends rejected when it is denied."
+                "Asks for an authorization first; completes when someone other than the "
+                "requester grants it and ends rejected when it is denied."
             ),
             "tags": ["auth-required", "approval", "multi-turn"],
             "examples": ["Deploy release 1.4 to production"],
@@ -73,20 +46,24 @@ class ApprovalAgentExecutor(AgentExecutor):
             )
             return
         request = message_text(earlier[0]) or "the request"
-        decision, by = read_decision(context.message)
-        who = f" by {by}" if by else ""
-        if decision == "granted":
+        record = authorization_of(context)
+        if record is None:
+            if requested_decision(context.message) is not None:
+                # Words alone carry no authority: the platform found no approver behind them.
+                text = f"That answer does not count: it did not come from an approver. {APPROVERS}"
+            else:
+                text = f"That was neither an approval nor a denial. {EXPECTED}"
+            await updater.requires_auth(new_text_message(text))
+            return
+        who = f" by {record['by']}" if record.get("by") else ""
+        if record["decision"] == GRANTED:
             await updater.add_artifact(
                 [new_text_part(f'Approved{who}: "{request}" was carried out.', media_type="text/plain")],
                 name="approval",
             )
             await updater.complete(new_text_message(f"Approved{who}."))
-        elif decision == "denied":
-            await updater.reject(new_text_message(f'Denied{who}: "{request}" was not carried out.'))
         else:
-            await updater.requires_auth(
-                new_text_message(f"That was neither an approval nor a denial. {EXPECTED}")
-            )
+            await updater.reject(new_text_message(f'Denied{who}: "{request}" was not carried out.'))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task

@@ -13,6 +13,7 @@ Three kinds of callers, checked in this order:
 from a2a.utils.errors import InvalidParamsError
 from rest_framework.authentication import CSRFCheck
 
+from agents.approvals import APPROVE_SCOPE
 from agents.models import Agent
 from tasks_app.access import Caller
 from tenants.models import Membership
@@ -99,9 +100,18 @@ def _token_caller(request, agent: Agent, method: str) -> Caller:
         raise CallerForbidden(
             f"{method} needs the '{needed}' scope; this token has: {' '.join(sorted(scopes))}"
         )
+    approver = APPROVE_SCOPE in scopes
     if token.user_id is None:
+        client = token.application
+        # An approving client sees the tasks it is asked to decide on, like an operator does.
         return Caller(
-            tenant=agent.tenant, agent=agent, principal=f"client:{token.application.client_id}", scopes=scopes
+            tenant=agent.tenant,
+            agent=agent,
+            principal=f"client:{client.client_id}",
+            scopes=scopes,
+            sees_all=approver,
+            may_approve=approver,
+            name=client.name or client.client_id,
         )
     # An interactive token acts for its person, who must still belong to the tenant.
     role = _member_role(token.user, agent)
@@ -113,6 +123,9 @@ def _token_caller(request, agent: Agent, method: str) -> Caller:
         principal=f"user:{token.user_id}",
         scopes=scopes,
         sees_all=role in SEES_ALL_ROLES,
+        # Both: the person's role gives the right, the token's scope lets this program use it.
+        may_approve=approver and role in SEES_ALL_ROLES,
+        name=token.user.get_username(),
     )
 
 
@@ -136,6 +149,8 @@ def _session_caller(request, agent: Agent) -> Caller | None:
         principal=f"user:{user.pk}",
         scopes=frozenset(s for s in METHOD_SCOPES.values() if s),
         sees_all=role in SEES_ALL_ROLES,
+        may_approve=role in SEES_ALL_ROLES,
+        name=user.get_username(),
     )
 
 

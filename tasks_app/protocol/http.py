@@ -10,7 +10,7 @@ from a2a.utils.errors import A2AError, InvalidRequestError, VersionNotSupportedE
 from django.conf import settings
 
 from agents.access import get_enabled_agent
-from agents.cards import public_base_url
+from agents.cards import public_base_url, requested_version
 from agents.models import Agent
 from tasks_app.db import db
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
@@ -30,14 +30,8 @@ def payload_too_large_message() -> str:
     return f"Payload too large: the request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
 
 
-def _sent_version(request) -> str:
-    """The A2A-Version a request names: header, else query parameter; '' when it names none."""
-    value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
-    return value.strip()
-
-
 def check_version_1(request) -> None:
-    sent = _sent_version(request)
+    sent = requested_version(request)
     version = sent or "0.3"
     if version.split(".")[0] != "1":
         hint = "" if sent else " (no A2A-Version header means 0.3)"

@@ -197,7 +197,8 @@ async def get_extended_agent_card(call: Call, request: pb.GetExtendedAgentCardRe
         raise UnsupportedOperationError(message="This agent declares no extended agent card")
     if call.caller.principal == "anonymous":
         raise UnsupportedOperationError(message="The extended agent card needs an authenticated caller")
-    return await sync_to_async(card_dict)(agent, call.base_url, extended=True)
+    # A 1.0 method: the card exactly as the 1.0 schema has it, without the 0.3 fields.
+    return await sync_to_async(card_dict)(agent, call.base_url, extended=True, version="1.0")
 
 
 METHODS = {

@@ -1,8 +1,9 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
+from a2a_platform.api.access import PUBLISH_SCOPE
 from a2a_platform.api.serializers import AgentCardOutput, AgentCreateInput, AgentOutput, AgentUpdateInput
 from a2a_platform.api.views.base import TenantView
 from agents.access import get_agent_for_tenant
@@ -12,6 +13,17 @@ from agents.services import agent_delete, agent_register, agent_update
 
 
 class AgentView(TenantView):
+    def check_visibility(self, visibility: str | None, current: str | None) -> None:
+        """Who may open an agent to anonymous callers (or close it): a person, or a program with the scope.
+
+        The service audits every change of visibility; this decides who may make one.
+        """
+        if visibility is None or visibility == current or self.admin.may_publish:
+            return
+        raise PermissionDenied(
+            f"Changing an agent's visibility needs a person or a token with the '{PUBLISH_SCOPE}' scope"
+        )
+
     def get_agent(self, slug: str) -> Agent:
         agent = get_agent_for_tenant(self.admin.tenant, slug)
         if agent is None:
@@ -19,7 +31,7 @@ class AgentView(TenantView):
         return agent
 
 
-class AgentListView(TenantView):
+class AgentListView(AgentView):
     @extend_schema(responses=AgentOutput(many=True), summary="List agents")
     def get(self, request, tenant):
         agents = Agent.objects.select_related("tenant").filter(tenant=self.admin.tenant).order_by("slug")
@@ -29,6 +41,8 @@ class AgentListView(TenantView):
     def post(self, request, tenant):
         data = AgentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
+        # A new agent is public unless it says otherwise: registering one is opening it.
+        self.check_visibility(data.validated_data.get("visibility", Agent.Visibility.PUBLIC), None)
         agent = agent_register(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
         return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
 
@@ -43,6 +57,7 @@ class AgentDetailView(AgentView):
         found = self.get_agent(agent)
         data = AgentUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
+        self.check_visibility(data.validated_data.get("visibility"), found.visibility)
         updated = agent_update(agent=found, actor=self.admin.actor, **data.validated_data)
         return Response(AgentOutput(updated).data)
 

@@ -8,8 +8,8 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS
 
-from a2a_platform.api.access import Admin, IsAuthenticatedPrincipal, admin_resolve
-from tasks_app.operator import TaskConflict
+from a2a_platform.api.access import MANAGE_SCOPE, Admin, IsAuthenticatedPrincipal, admin_resolve
+from tasks_app.operator import NotAnApprover, TaskConflict
 from tenants.models import Membership
 
 
@@ -35,11 +35,13 @@ class TenantView(GenericAPIView):
     write_role = Membership.Role.OWNER
     # Writes that must be traceable to a person: credentials, members, operator actions.
     person_required = False
+    # A token needs one of these scopes here (sessions are judged by role alone).
+    token_scopes: tuple[str, ...] = (MANAGE_SCOPE,)
     admin: Admin
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
-        self.admin = admin_resolve(request, kwargs["tenant"])
+        self.admin = admin_resolve(request, kwargs["tenant"], self.token_scopes)
         writing = request.method not in SAFE_METHODS
         needed = self.write_role if writing else self.read_role
         if not self.admin.has_role(needed):
@@ -57,6 +59,8 @@ class TenantView(GenericAPIView):
             exc = Conflict(exc.message)
         elif isinstance(exc, TaskConflict):
             exc = Conflict(str(exc))
+        elif isinstance(exc, NotAnApprover):
+            exc = PermissionDenied(str(exc))
         return super().handle_exception(exc)
 
     def paginated(self, queryset, serializer_class):

@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
+from a2a_platform.api.access import TASKS_READ_SCOPE
 from a2a_platform.api.serializers import TaskAnswerInput, TaskDetailOutput, TaskListQuery, TaskOutput
 from a2a_platform.api.views.base import TenantView
 from tasks_app.access import get_task_for_tenant
@@ -15,6 +16,8 @@ class TaskView(TenantView):
     # Operators act on tasks; each action is theirs, by name, in the audit log.
     write_role = Membership.Role.OPERATOR
     person_required = True
+    # Task content is the tenant's callers' data: agents:manage alone does not read it.
+    token_scopes = (TASKS_READ_SCOPE,)
 
     def get_task(self, task_id: str) -> Task:
         task = get_task_for_tenant(self.admin.tenant, task_id)

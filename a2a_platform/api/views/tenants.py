@@ -2,7 +2,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
-from a2a_platform.api.access import IsAuthenticatedPrincipal, tenants_of
+from a2a_platform.api.access import API_SCOPES, IsAuthenticatedPrincipal, tenants_of
 from a2a_platform.api.serializers import HandlerOutput, TenantOutput
 from a2a_platform.api.views.base import TenantView
 from agents.registry import available_handlers, handler_defaults
@@ -18,6 +18,8 @@ class TenantListView(GenericAPIView):
 
 
 class TenantDetailView(TenantView):
+    token_scopes = API_SCOPES
+
     @extend_schema(responses=TenantOutput, summary="One tenant and your role in it")
     def get(self, request, tenant):
         admin = self.admin

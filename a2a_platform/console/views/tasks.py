@@ -18,7 +18,13 @@ from a2a_platform.console.views.base import render_console
 from agents.models import Agent
 from tasks_app.access import get_task_for_tenant
 from tasks_app.models import Artifact, Message, TaskState
-from tasks_app.operator import TaskConflict, operator_answer, operator_authorize, operator_cancel
+from tasks_app.operator import (
+    NotAnApprover,
+    TaskConflict,
+    operator_answer,
+    operator_authorize,
+    operator_cancel,
+)
 from tasks_app.selectors import tasks_matching, tenant_tasks
 
 MAX_ANSWER_CHARS = 10_000
@@ -165,6 +171,8 @@ def task_authorize(request, task_id):
         operator_authorize(task, request.user, granted=decision == "grant")
     except TaskConflict as refused:
         _no_longer_waiting(request, refused.task, "decided")
+    except NotAnApprover as refused:
+        messages.error(request, str(refused))
     else:
         word = "granted" if decision == "grant" else "denied"
         messages.success(request, f"Authorization {word}.")

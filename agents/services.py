@@ -74,6 +74,9 @@ def agent_update(*, agent: Agent, actor: str, **fields) -> Agent:
     if "handler" in changed:
         _check_handler(changed["handler"])
     visibility_before = agent.visibility
+    if "visibility" in changed and agent.pk:
+        # The stored value: a ModelForm (the console) has already set the new one on `agent`.
+        visibility_before = Agent.objects.filter(pk=agent.pk).values_list("visibility", flat=True).first()
     for name, value in changed.items():
         setattr(agent, name, value)
     # Outside the transaction, as in agent_register.

@@ -41,8 +41,10 @@ class AgentListView(AgentView):
     def post(self, request, tenant):
         data = AgentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        # A new agent is public unless it says otherwise: registering one is opening it.
-        self.check_visibility(data.validated_data.get("visibility", Agent.Visibility.PUBLIC), None)
+        # A new agent is public unless it says otherwise: registering a public one is opening it.
+        self.check_visibility(
+            data.validated_data.get("visibility", Agent.Visibility.PUBLIC), Agent.Visibility.AUTHENTICATED
+        )
         agent = agent_register(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
         return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
 

@@ -1,0 +1,118 @@
+"""Least privilege for tokens on /api/v1/: agents:manage is agent configuration only.
+
+Task content needs tasks:read; a program changes an agent's visibility (or registers
+a public one) only with agents:publish, a person with their role; every change of
+visibility is in the audit log with both values.
+"""
+
+import uuid
+
+import httpx
+import pytest
+
+from tests.api import tenancy
+from tests.api.tenancy import new_message
+from tests.api.test_api_isolation import call
+
+trio = tenancy.trio
+
+
+@pytest.fixture(scope="module")
+def acme_task(trio) -> str:
+    answer = httpx.post(
+        f"{trio.base_url}/a2a/acme/vault/",
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": new_message("salary of bob")},
+        headers={"A2A-Version": "1.0", **trio.auth(trio.token("acme", ["a2a:invoke"]))},
+        timeout=30,
+    )
+    return answer.json()["result"]["task"]["id"]
+
+
+@pytest.fixture
+def private_agent(trio) -> str:
+    from agents.models import Agent
+
+    slug = f"private-{uuid.uuid4().hex[:6]}"
+    Agent.objects.create(
+        tenant=trio.tenants["acme"], slug=slug, name="Private", handler="echo", visibility="authenticated"
+    )
+    return slug
+
+
+def _visibility_audit(trio, slug: str) -> list[dict]:
+    path = f"audit/?action=agent.visibility&target_id={slug}"
+    return call(trio, "GET", "acme", path, trio.token("acme", user="alice")).json()["results"]
+
+
+def test_agents_manage_alone_reads_no_task_content(trio, acme_task):
+    manager = trio.token("acme", ["agents:manage"])
+    assert call(trio, "GET", "acme", "agents/", manager).status_code == 200
+    listed = call(trio, "GET", "acme", "tasks/", manager)
+    assert listed.status_code == 403 and "tasks:read" in listed.json()["detail"]
+    one = call(trio, "GET", "acme", f"tasks/{acme_task}/", manager)
+    assert one.status_code == 403 and "salary" not in one.text
+
+
+def test_tasks_read_reads_the_tenants_tasks_and_nothing_else(trio, acme_task):
+    reader = trio.token("acme", ["tasks:read"])
+    detail = call(trio, "GET", "acme", f"tasks/{acme_task}/", reader)
+    assert detail.status_code == 200
+    assert detail.json()["task"]["history"][0]["parts"] == [{"text": "salary of bob"}]
+    assert acme_task in {t["id"] for t in call(trio, "GET", "acme", "tasks/", reader).json()["results"]}
+    assert call(trio, "GET", "acme", "agents/", reader).status_code == 403
+    # It names its tenant, as any API token may.
+    assert call(trio, "GET", "acme", "", reader).json()["slug"] == "acme"
+    # A program still acts on no task, whatever its scopes.
+    assert call(trio, "POST", "acme", f"tasks/{acme_task}/cancel/", reader).status_code == 403
+
+
+def test_a_person_token_needs_tasks_read_as_well(trio, acme_task):
+    alice = trio.token("acme", ["agents:manage"], user="alice")
+    assert call(trio, "GET", "acme", f"tasks/{acme_task}/", alice).status_code == 403
+
+
+def test_another_tenants_tasks_read_sees_nothing_of_acme(trio, acme_task):
+    globex_reader = trio.token("globex", ["tasks:read"])
+    assert call(trio, "GET", "acme", f"tasks/{acme_task}/", globex_reader).status_code == 404
+    listed = call(trio, "GET", "globex", "tasks/", globex_reader).json()["results"]
+    assert acme_task not in {t["id"] for t in listed}
+
+
+def test_agents_manage_alone_cannot_open_an_agent_to_everyone(trio, private_agent):
+    manager = trio.token("acme", ["agents:manage"])
+    refused = call(trio, "PATCH", "acme", f"agents/{private_agent}/", manager, {"visibility": "public"})
+    assert refused.status_code == 403 and "agents:publish" in refused.json()["detail"]
+    from agents.models import Agent
+
+    assert Agent.objects.get(tenant__slug="acme", slug=private_agent).visibility == "authenticated"
+    assert _visibility_audit(trio, private_agent) == []
+    # Other changes, and sending the unchanged visibility, are still agent configuration.
+    same = {"visibility": "authenticated", "description": "set by a program"}
+    assert call(trio, "PATCH", "acme", f"agents/{private_agent}/", manager, same).status_code == 200
+    public = {"slug": f"pub-{uuid.uuid4().hex[:6]}", "handler": "echo"}
+    assert call(trio, "POST", "acme", "agents/", manager, public).status_code == 403
+    private = {**public, "visibility": "authenticated"}
+    assert call(trio, "POST", "acme", "agents/", manager, private).status_code == 201
+
+
+def test_agents_publish_changes_visibility_and_it_is_audited(trio, private_agent):
+    publisher = trio.token("acme", ["agents:manage", "agents:publish"])
+    opened = call(trio, "PATCH", "acme", f"agents/{private_agent}/", publisher, {"visibility": "public"})
+    assert opened.status_code == 200 and opened.json()["visibility"] == "public"
+    card = httpx.get(f"{trio.base_url}/a2a/acme/{private_agent}/.well-known/agent-card.json").json()
+    assert "securitySchemes" not in card
+    [event] = _visibility_audit(trio, private_agent)
+    assert event["actor"] == f"client:{trio.clients['acme'].client_id}"
+    assert event["details"] == {"from": "authenticated", "to": "public"}
+
+
+def test_a_person_changes_visibility_by_role_and_it_is_audited(trio, private_agent):
+    alice = trio.token("acme", ["agents:manage"], user="alice")
+    changed = call(trio, "PATCH", "acme", f"agents/{private_agent}/", alice, {"visibility": "public"})
+    assert changed.status_code == 200
+    [event] = _visibility_audit(trio, private_agent)
+    assert event["actor"] == "user:alice" and event["details"]["to"] == "public"
+    # An operator's role does not reach agent settings, whatever the token says.
+    bob = trio.token("acme", ["agents:manage", "agents:publish"], user="bob")
+    back = {"visibility": "authenticated"}
+    assert call(trio, "PATCH", "acme", f"agents/{private_agent}/", bob, back).status_code == 403

@@ -32,7 +32,9 @@ def make_tenant(retention_days=None) -> Tenant:
         slug=f"keep-{uuid.uuid4().hex[:8]}", name="Retention test", retention_days=retention_days
     )
     Agent.objects.create(tenant=tenant, slug="echo", name="Echo", handler="echo", visibility="public")
-    Agent.objects.create(tenant=tenant, slug="clarify", name="Clarify", handler="clarify", visibility="public")
+    Agent.objects.create(
+        tenant=tenant, slug="clarify", name="Clarify", handler="clarify", visibility="public"
+    )
     return tenant
 
 

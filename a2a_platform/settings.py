@@ -254,6 +254,16 @@ PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 # An attempt still "sending" after this many seconds was lost with its worker and is sent again.
 PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
 CELERY_BEAT_SCHEDULE["sweep-push"] = {"task": "tasks_app.tasks.sweep_push", "schedule": 30.0}
+
+# --- Retention -------------------------------------------------------------------
+# Seconds between retention runs (tasks_app/retention.py): beat in services mode, a thread embedded.
+A2A_RETENTION_INTERVAL = env_float("A2A_RETENTION_INTERVAL", 3600.0)
+CELERY_BEAT_SCHEDULE["sweep-retention"] = {
+    "task": "tasks_app.tasks.sweep_retention",
+    "schedule": A2A_RETENTION_INTERVAL,
+    # A run still queued when the next is due is dropped: the next one does its work.
+    "options": {"expires": A2A_RETENTION_INTERVAL},
+}
 # Fernet keys that encrypt webhook secrets (push configs' token and credentials) at rest,
 # comma-separated (or a file: FIELD_ENCRYPTION_KEYS_FILE). The first encrypts, all decrypt: to
 # rotate, put a new key first and keep the old ones after it. Unset: one key derived from

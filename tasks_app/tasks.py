@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from tasks_app.push import push_deliver, push_sweep
+from tasks_app.retention import retention_sweep
 from tasks_app.sweeper import turn_sweep
 from tasks_app.turns import agent_cancel, turn_run
 
@@ -38,3 +39,8 @@ def deliver_push(config_pk: int, seq: int | None = None) -> None:
 @shared_task(name="tasks_app.tasks.sweep_push", ignore_result=True)
 def sweep_push() -> dict:
     return push_sweep()
+
+
+@shared_task(name="tasks_app.tasks.sweep_retention", ignore_result=True)
+def sweep_retention() -> dict:
+    return retention_sweep()

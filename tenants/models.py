@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from oauth2_provider.models import AbstractApplication
 
@@ -9,9 +9,38 @@ slug_validator = RegexValidator(
 )
 
 
+# Upper bounds keep a typo from meaning "unlimited in practice" and every value within an int.
+MAX_RUNNING_TURNS = 100_000
+MAX_RATE_PER_MINUTE = 1_000_000
+MAX_RETENTION_DAYS = 36_500
+
+# The quota and retention settings, as tenant_settings_update and the audit log name them.
+LIMIT_FIELDS = ("max_running_turns", "rate_limit_per_minute", "retention_days")
+
+
 class Tenant(models.Model):
     slug = models.CharField(max_length=50, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
+    # Quotas (tasks_app/quotas.py) and retention (tasks_app/retention.py); None means no limit.
+    max_running_turns = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RUNNING_TURNS)],
+        help_text="Most agent turns queued or running at once for this tenant; empty for no limit.",
+    )
+    rate_limit_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RATE_PER_MINUTE)],
+        help_text="Most A2A requests per minute from each OAuth client (or each address, "
+        "for anonymous callers of public agents); empty for no limit.",
+    )
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+        help_text="Days a finished task is kept after its last update; empty to keep tasks forever.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from oauth2_provider.generators import generate_client_secret
 from oauth2_provider.models import AccessToken, RefreshToken
 
 from tenants.audit import audit_record
-from tenants.models import Application, Membership, Tenant
+from tenants.models import LIMIT_FIELDS, Application, Membership, Tenant
 
 GRANT_TYPES = {
     "client-credentials": Application.GRANT_CLIENT_CREDENTIALS,
@@ -32,6 +32,42 @@ def tenant_create(*, slug: str, name: str = "", actor: str = "system") -> Tenant
     tenant.full_clean()
     tenant.save()
     audit_record(tenant=tenant, actor=actor, action="tenant.create", target_type="tenant", target_id=slug)
+    return tenant
+
+
+# Sent to mean "leave this setting as it is" (None means "no limit").
+UNCHANGED = object()
+
+
+@transaction.atomic
+def tenant_settings_update(*, tenant: Tenant, actor: str, **changes) -> Tenant:
+    """Change a tenant's name, quotas or retention; one audit event lists what changed.
+
+    `changes` holds any of name and LIMIT_FIELDS (None: no limit). A value equal
+    to the current one is no change and is not audited.
+    """
+    unknown = sorted(set(changes) - {"name", *LIMIT_FIELDS})
+    if unknown:
+        raise ValidationError(f"Unknown tenant setting(s): {', '.join(unknown)}")
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    changed = {}
+    for field, value in changes.items():
+        if value is UNCHANGED or getattr(tenant, field) == value:
+            continue
+        changed[field] = {"from": getattr(tenant, field), "to": value}
+        setattr(tenant, field, value)
+    if not changed:
+        return tenant
+    tenant.full_clean()
+    tenant.save(update_fields=list(changed))
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        action="tenant.settings_change",
+        target_type="tenant",
+        target_id=tenant.slug,
+        details=changed,
+    )
     return tenant
 
 

@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from agents.models import MAX_TURN_TIMEOUT, Agent
 from tasks_app.models import TaskState
-from tenants.models import Membership
+from tenants.models import MAX_RATE_PER_MINUTE, MAX_RETENTION_DAYS, MAX_RUNNING_TURNS, Membership
 from tenants.services import GRANT_TYPES
 
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$"
@@ -54,6 +54,45 @@ class TenantOutput(serializers.Serializer):
     slug = serializers.CharField()
     name = serializers.CharField()
     role = serializers.ChoiceField(choices=Membership.Role.choices, help_text="Your role in this tenant")
+    max_running_turns = serializers.IntegerField(
+        allow_null=True, help_text="Agent turns queued or running at once; null: no limit"
+    )
+    rate_limit_per_minute = serializers.IntegerField(
+        allow_null=True,
+        help_text="A2A requests per minute per client (or address, anonymous); null: no limit",
+    )
+    retention_days = serializers.IntegerField(
+        allow_null=True, help_text="Days a finished task is kept after its last update; null: forever"
+    )
+
+
+class TenantUsageOutput(serializers.Serializer):
+    running_turns = serializers.IntegerField(help_text="Turns queued or running now")
+    requests_this_minute = serializers.IntegerField(
+        help_text="A2A requests in the current minute (counted while a rate limit is set)"
+    )
+
+
+class TenantDetailOutput(TenantOutput):
+    usage = TenantUsageOutput()
+
+
+def _limit_field(most: int, what: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=most, help_text=f"{what}; null for no limit"
+    )
+
+
+class TenantUpdateInput(serializers.Serializer):
+    name = serializers.CharField(required=False, max_length=200, allow_blank=False)
+    max_running_turns = _limit_field(MAX_RUNNING_TURNS, "Agent turns queued or running at once")
+    rate_limit_per_minute = _limit_field(MAX_RATE_PER_MINUTE, "A2A requests per minute per client")
+    retention_days = _limit_field(MAX_RETENTION_DAYS, "Days a finished task is kept (null: forever)")
+
+    def validate_name(self, value):
+        if "\x00" in value:
+            raise serializers.ValidationError("name must not contain NUL characters")
+        return value
 
 
 # --- Agents -----------------------------------------------------------------------

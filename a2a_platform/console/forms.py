@@ -8,6 +8,7 @@ from agents.cards import card_dict
 from agents.forms import AgentChecksAfterFields
 from agents.models import Agent
 from agents.registry import handler_choices
+from tenants.models import MAX_RATE_PER_MINUTE, MAX_RETENTION_DAYS, MAX_RUNNING_TURNS
 
 
 def _parse_json(value: str, what: str):
@@ -110,3 +111,30 @@ class ClientForm(forms.Form):
         scopes = settings.OAUTH2_PROVIDER["SCOPES"]
         self.fields["scopes"].choices = [(name, f"{name}: {text}") for name, text in scopes.items()]
         self.initial.setdefault("scopes", settings.OAUTH2_PROVIDER["DEFAULT_SCOPES"])
+
+
+def _limit(label: str, most: int, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(label=label, required=False, min_value=1, max_value=most, help_text=help_text)
+
+
+class TenantSettingsForm(forms.Form):
+    """Quotas and retention; an empty field means no limit (tenant_settings_update does the rest)."""
+
+    max_running_turns = _limit(
+        "Max running turns",
+        MAX_RUNNING_TURNS,
+        "Agent turns queued or running at once; more sends are refused (429) until one ends. "
+        "Empty: no limit.",
+    )
+    rate_limit_per_minute = _limit(
+        "Rate limit (requests per minute)",
+        MAX_RATE_PER_MINUTE,
+        "A2A requests per minute from each OAuth client, or each address for anonymous callers "
+        "of public agents. Empty: no limit.",
+    )
+    retention_days = _limit(
+        "Retention (days)",
+        MAX_RETENTION_DAYS,
+        "Finished tasks (completed, failed, canceled, rejected) are deleted this many days after "
+        "their last update, with their messages, artifacts, events and deliveries. Empty: keep forever.",
+    )

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from a2a_platform.console.views import agents, base, clients, dashboard, tasks
+from a2a_platform.console.views import agents, base, clients, dashboard, settings, tasks
 
 app_name = "console"
 
@@ -34,4 +34,5 @@ urlpatterns = [
     path(T + "clients/new/", clients.client_new, name="client-new"),
     path(T + "clients/<str:client_id>/revoke", clients.client_revoke_view, name="client-revoke"),
     path(T + "audit/", dashboard.audit_log, name="audit"),
+    path(T + "settings/", settings.tenant_settings, name="settings"),
 ]

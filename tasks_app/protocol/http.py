@@ -16,6 +16,7 @@ from tasks_app.db import db
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id
+from tasks_app.quotas import quota_admit
 
 JSON_CONTENT_TYPES = {"application/json", "application/json-rpc", "application/jsonrequest"}
 # What resolve_caller raises when the caller may not call; refusal() says how to answer.
@@ -46,12 +47,18 @@ async def find_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
 
 
 async def call_for(request, agent: Agent, method: str) -> Call:
-    """The Call for the 1.0 operation `method`; raises one of CALLER_REFUSED if the caller may not."""
+    """The Call for the 1.0 operation `method`.
+
+    Raises one of CALLER_REFUSED if the caller may not call, and QuotaExceeded
+    if the tenant's quotas refuse it (before the operation stores anything).
+    """
     if request.headers.get("Authorization") or settings.SESSION_COOKIE_NAME in request.COOKIES:
         caller = await db(resolve_caller, request, agent, method)
     else:
         # No token and no session: nothing to look up, so no trip to a database thread.
         caller = resolve_caller(request, agent, method)
+    # REMOTE_ADDR is the peer Daphne saw; behind a proxy, run Daphne with --proxy-headers.
+    await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""))
     return Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
 
 

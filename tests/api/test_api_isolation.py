@@ -14,6 +14,7 @@ trio = tenancy.trio
 # (verb, path under /api/v1/tenants/<tenant>/, body); `{agent}`, `{task}`, `{client}`, `{member}` get filled.
 ENDPOINTS = [
     ("GET", "", None),
+    ("PATCH", "", {"max_running_turns": 1}),
     ("GET", "handlers/", None),
     ("GET", "agents/", None),
     ("POST", "agents/", {"slug": "intruder", "handler": "echo"}),

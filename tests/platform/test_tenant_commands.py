@@ -119,3 +119,56 @@ def test_the_seed_makes_secure_echo_and_a_demo_client_once(stored):
     assert again.demo_client_secret is None and again.demo_client_id
     assert Application.objects.filter(tenant__slug="demo", name=DEMO_CLIENT_NAME).count() == 1
     assert Agent.objects.get(tenant__slug="demo", slug="secure-echo").visibility == "authenticated"
+
+
+def test_tenant_update_sets_and_clears_quotas_and_retention_and_audits_it(db_settings, stored):
+    from tenants.models import AuditEvent, Tenant
+
+    slug = Tenant.objects.create(slug=f"cli-{uuid.uuid4().hex[:6]}", name="CLI").slug
+    updated = manage(
+        db_settings,
+        "tenant",
+        "update",
+        slug,
+        "--max-running-turns",
+        "3",
+        "--rate-limit",
+        "60/m",
+        "--retention-days",
+        "30",
+    )
+    assert updated.returncode == 0, updated.stderr
+    assert "max running turns 3, rate limit 60/m, retention 30 days" in updated.stdout
+    limits = ("max_running_turns", "rate_limit_per_minute", "retention_days")
+    assert Tenant.objects.values_list(*limits).get(slug=slug) == (3, 60, 30)
+    # Only what is named changes; "none" lifts a limit.
+    cleared = manage(db_settings, "tenant", "update", slug, "--rate-limit", "none")
+    assert cleared.returncode == 0, cleared.stderr
+    assert Tenant.objects.values_list(*limits).get(slug=slug) == (3, None, 30)
+    changes = AuditEvent.objects.filter(tenant__slug=slug, action="tenant.settings_change").order_by("pk")
+    assert [event.details for event in changes] == [
+        {
+            "max_running_turns": {"from": None, "to": 3},
+            "rate_limit_per_minute": {"from": None, "to": 60},
+            "retention_days": {"from": None, "to": 30},
+        },
+        {"rate_limit_per_minute": {"from": 60, "to": None}},
+    ]
+    assert {event.actor for event in changes} == {"system:cli"}
+
+
+def test_tenant_update_refuses_bad_values_and_changes_nothing(db_settings, stored):
+    from tenants.models import Tenant
+
+    slug = Tenant.objects.create(slug=f"cli-{uuid.uuid4().hex[:6]}", name="CLI").slug
+    # Each process start is slow on a shared machine: one bad rate, one value over the bound.
+    refused = manage(db_settings, "tenant", "update", slug, "--retention-days", "7", "--rate-limit", "fast")
+    assert refused.returncode != 0 and "'fast' is not a rate like 60/m" in refused.stderr
+    too_many = manage(db_settings, "tenant", "update", slug, "--max-running-turns", "999999999")
+    assert too_many.returncode != 0 and "max_running_turns" in too_many.stderr
+    tenant = Tenant.objects.get(slug=slug)
+    assert (tenant.max_running_turns, tenant.rate_limit_per_minute, tenant.retention_days) == (
+        None,
+        None,
+        None,
+    )

@@ -1,11 +1,21 @@
 from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
-from a2a_platform.api.access import API_SCOPES, IsAuthenticatedPrincipal, tenants_of
-from a2a_platform.api.serializers import HandlerOutput, TenantOutput
+from a2a_platform.api.access import API_SCOPES, MANAGE_SCOPE, IsAuthenticatedPrincipal, tenants_of
+from a2a_platform.api.serializers import HandlerOutput, TenantDetailOutput, TenantOutput, TenantUpdateInput
 from a2a_platform.api.views.base import TenantView
 from agents.registry import available_handlers, handler_defaults
+from tasks_app.quotas import quota_usage
+from tenants.models import LIMIT_FIELDS, Tenant
+from tenants.services import tenant_settings_update
+
+
+def tenant_row(tenant: Tenant, role: str) -> dict:
+    return {"slug": tenant.slug, "name": tenant.name, "role": role} | {
+        name: getattr(tenant, name) for name in LIMIT_FIELDS
+    }
 
 
 class TenantListView(GenericAPIView):
@@ -13,19 +23,41 @@ class TenantListView(GenericAPIView):
 
     @extend_schema(responses=TenantOutput(many=True), summary="Tenants you can manage")
     def get(self, request):
-        rows = [{"slug": t.slug, "name": t.name, "role": role} for t, role in tenants_of(request)]
+        rows = [tenant_row(t, role) for t, role in tenants_of(request)]
         return Response(TenantOutput(rows, many=True).data)
 
 
 class TenantDetailView(TenantView):
     token_scopes = API_SCOPES
 
-    @extend_schema(responses=TenantOutput, summary="One tenant and your role in it")
+    def detail(self, tenant: Tenant) -> Response:
+        usage = quota_usage(tenant)
+        row = tenant_row(tenant, self.admin.role) | {
+            "usage": {
+                "running_turns": usage.running_turns,
+                "requests_this_minute": usage.requests_this_minute,
+            }
+        }
+        return Response(TenantDetailOutput(row).data)
+
+    @extend_schema(responses=TenantDetailOutput, summary="One tenant, your role in it, its quotas and use")
     def get(self, request, tenant):
-        admin = self.admin
-        return Response(
-            TenantOutput({"slug": admin.tenant.slug, "name": admin.tenant.name, "role": admin.role}).data
+        return self.detail(self.admin.tenant)
+
+    @extend_schema(
+        request=TenantUpdateInput,
+        responses=TenantDetailOutput,
+        summary="Change the tenant's name, quotas or retention (owners; audited)",
+    )
+    def patch(self, request, tenant):
+        if self.admin.scopes is not None and MANAGE_SCOPE not in self.admin.scopes:
+            raise PermissionDenied(f"This needs a token with the '{MANAGE_SCOPE}' scope")
+        data = TenantUpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        updated = tenant_settings_update(
+            tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data
         )
+        return self.detail(updated)
 
 
 class HandlerListView(TenantView):

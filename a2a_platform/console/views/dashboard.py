@@ -7,6 +7,7 @@ from a2a_platform.console.access import Role, tenant_view
 from a2a_platform.console.presenters import task_rows
 from a2a_platform.console.views.base import render_console
 from tasks_app.models import TaskState
+from tasks_app.quotas import quota_usage
 from tasks_app.selectors import tasks_matching, tenant_tasks
 
 RECENT_FAILURES = 10
@@ -27,6 +28,7 @@ def dashboard(request):
             "total": sum(by_state.values()),
             "failures": task_rows(failures),
             "agent_count": tenant.agents.count(),
+            "usage": quota_usage(tenant),
         },
     )
 

@@ -23,18 +23,25 @@ def _sweep_forever() -> None:
     from django.db import close_old_connections
 
     from tasks_app.push import push_sweep
+    from tasks_app.retention import retention_sweep
     from tasks_app.sweeper import turn_sweep
 
     stop = threading.Event()
     push_every = 30.0
     since_push = push_every
+    # The first retention run comes one interval after the start, as beat's does.
+    since_retention = 0.0
     while not stop.wait(settings.A2A_SWEEP_INTERVAL):
         since_push += settings.A2A_SWEEP_INTERVAL
+        since_retention += settings.A2A_SWEEP_INTERVAL
         try:
             turn_sweep()
             if since_push >= push_every:
                 since_push = 0.0
                 push_sweep()
+            if since_retention >= settings.A2A_RETENTION_INTERVAL:
+                since_retention = 0.0
+                retention_sweep()
         except Exception:
             logger.exception("Sweep failed")
         finally:

@@ -1,0 +1,195 @@
+"""Tenant quotas: checked when an A2A request arrives, before anything is stored.
+
+Two limits, both set per tenant (tenants.Tenant; None means no limit):
+
+- rate_limit_per_minute: A2A requests per minute from each caller, counted
+  per OAuth client (its principal, "client:<id>"; a person's "user:<id>"), and
+  per source address for anonymous callers of public agents. Every method
+  counts, reads included: a client polling GetTask costs what it sends. A
+  fixed window of one minute, counted in Redis with one atomic HINCRBY (all
+  web processes share it) in services mode and in this process's memory
+  embedded. A refused request counts too, so hammering does not help.
+- max_running_turns: agent turns queued or running at once in the tenant;
+  only sends (SendMessage, SendStreamingMessage and the older dialects' send
+  methods, which run as those) are refused. Counted from the database (user
+  messages whose turn is pending or running), not from a counter: a worker
+  that dies holds nothing here, and once the sweeper settles its turn the
+  slot is free again. The count is read, not reserved, so sends that arrive
+  in the same instant while one slot is left may all pass.
+
+The bindings call quota_admit() after resolving the caller; a refusal raises
+QuotaExceeded (tasks_app/protocol/errors.py), which every binding answers as
+"too many requests" with the seconds to wait. If Redis cannot be reached the
+rate is not enforced (logged) rather than refusing every caller.
+"""
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from tasks_app.access import Caller
+from tasks_app.db import db
+from tasks_app.models import Message
+from tasks_app.protocol.errors import QuotaExceeded
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+WINDOW_SECONDS = 60
+# The 1.0 methods that start a turn; the older dialects' sends resolve their caller as these.
+SUBMIT_METHODS = frozenset({"SendMessage", "SendStreamingMessage"})
+# A full tenant cannot know when a turn ends; callers are told to try again after this.
+RUNNING_TURNS_RETRY_AFTER = 5
+# After Redis fails, skip it for this long instead of waiting on it in every request.
+REDIS_BACKOFF_SECONDS = 5.0
+OPEN_TURNS = (Message.Turn.PENDING, Message.Turn.RUNNING)
+
+
+def _window(now: float) -> int:
+    return int(now // WINDOW_SECONDS)
+
+
+class MemoryCounters:
+    """Requests per caller per window in this process (the embedded default has one process)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._windows: dict[tuple[int, int], Counter] = {}
+
+    def hit(self, tenant_id: int, who: str, window: int) -> int:
+        with self._lock:
+            # Drop windows that ended: memory stays bounded by one minute of callers.
+            for key in [key for key in self._windows if key[1] < window]:
+                del self._windows[key]
+            counts = self._windows.setdefault((tenant_id, window), Counter())
+            counts[who] += 1
+            return counts[who]
+
+    def counts(self, tenant_id: int, window: int) -> dict[str, int]:
+        with self._lock:
+            return dict(self._windows.get((tenant_id, window), {}))
+
+
+class RedisCounters:
+    """Requests per caller per window in Redis: one hash per tenant and minute, shared by all processes."""
+
+    def __init__(self, url: str):
+        import redis
+
+        self._client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._down_until = 0.0
+
+    @staticmethod
+    def _key(tenant_id: int, window: int) -> str:
+        return f"a2a:quota:rate:{tenant_id}:{window}"
+
+    def hit(self, tenant_id: int, who: str, window: int) -> int | None:
+        """The caller's count after this request, or None when Redis is unreachable."""
+        if time.monotonic() < self._down_until:
+            return None
+        key = self._key(tenant_id, window)
+        try:
+            # MULTI/EXEC: the count and the key's expiry are set together, or neither.
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hincrby(key, who, 1)
+            pipe.expire(key, WINDOW_SECONDS * 2)
+            count, _ = pipe.execute()
+        except Exception as exc:  # redis-py raises ConnectionError, TimeoutError, ResponseError...
+            self._down_until = time.monotonic() + REDIS_BACKOFF_SECONDS
+            logger.warning("Rate limits not enforced for %ss: Redis failed (%r)", REDIS_BACKOFF_SECONDS, exc)
+            return None
+        return int(count)
+
+    def counts(self, tenant_id: int, window: int) -> dict[str, int]:
+        try:
+            raw = self._client.hgetall(self._key(tenant_id, window))
+        except Exception as exc:
+            logger.warning("Could not read request counts from Redis: %r", exc)
+            return {}
+        return {who.decode(): int(count) for who, count in raw.items()}
+
+
+_counters = None
+_counters_lock = threading.Lock()
+
+
+def counters() -> MemoryCounters | RedisCounters:
+    global _counters
+    with _counters_lock:
+        if _counters is None:
+            _counters = RedisCounters(settings.REDIS_URL) if settings.REDIS_URL else MemoryCounters()
+        return _counters
+
+
+def rate_key(caller: Caller, source: str) -> str:
+    """Who a request counts against: its principal, or its source address when anonymous."""
+    return f"ip:{source or 'unknown'}" if caller.principal == "anonymous" else caller.principal
+
+
+def running_turns(tenant: Tenant) -> int:
+    return Message.objects.filter(tenant=tenant, turn__in=OPEN_TURNS).count()
+
+
+def _needs_check(tenant: Tenant, method: str) -> bool:
+    return bool(tenant.rate_limit_per_minute or (tenant.max_running_turns and method in SUBMIT_METHODS))
+
+
+def quota_check(caller: Caller, method: str, source: str = "") -> None:
+    """Raise QuotaExceeded if the request `method` of `caller` from address `source` is over a limit.
+
+    Counts the request against the caller's rate. Synchronous (Redis, the
+    database); async code calls quota_admit.
+    """
+    tenant = caller.tenant
+    limit = tenant.rate_limit_per_minute
+    if limit:
+        now = time.time()
+        count = counters().hit(tenant.pk, rate_key(caller, source), _window(now))
+        if count is not None and count > limit:
+            raise QuotaExceeded(
+                f"Rate limit exceeded: at most {limit} requests per minute; retry after the minute ends",
+                reason=QuotaExceeded.RATE,
+                retry_after=WINDOW_SECONDS - now % WINDOW_SECONDS,
+                limit=limit,
+            )
+    most = tenant.max_running_turns
+    if most and method in SUBMIT_METHODS and running_turns(tenant) >= most:
+        raise QuotaExceeded(
+            f"Too many running turns: this tenant runs at most {most} at once; retry when one ends",
+            reason=QuotaExceeded.RUNNING_TURNS,
+            retry_after=RUNNING_TURNS_RETRY_AFTER,
+            limit=most,
+        )
+
+
+async def quota_admit(caller: Caller, method: str, source: str = "") -> None:
+    """The bindings' entry point: quota_check, without a thread hop for a tenant with no limit."""
+    if _needs_check(caller.tenant, method):
+        await db(quota_check, caller, method, source)
+
+
+@dataclass
+class QuotaUsage:
+    """A tenant's limits with what it uses now, for the dashboard and the management API."""
+
+    max_running_turns: int | None
+    running_turns: int
+    rate_limit_per_minute: int | None
+    # Requests this minute, in all and by the busiest callers (counted only while a limit is set).
+    requests_this_minute: int = 0
+    busiest: list[tuple[str, int]] = field(default_factory=list)
+
+
+def quota_usage(tenant: Tenant, busiest: int = 5) -> QuotaUsage:
+    counts = counters().counts(tenant.pk, _window(time.time())) if tenant.rate_limit_per_minute else {}
+    return QuotaUsage(
+        max_running_turns=tenant.max_running_turns,
+        running_turns=running_turns(tenant),
+        rate_limit_per_minute=tenant.rate_limit_per_minute,
+        requests_this_minute=sum(counts.values()),
+        busiest=Counter(counts).most_common(busiest),
+    )

@@ -139,7 +139,7 @@ def _task_or_404(request, task_id):
 def _no_longer_waiting(request, refused: TaskConflict, what: str) -> None:
     state = refused.task.get_state_display().lower()
     if refused.by:
-        text = f"Already {what} by {refused.by}: the task is now {state}. Nothing was sent."
+        text = f"This task was already {what} by {refused.by}: it is now {state}. Nothing was sent."
     else:
         text = f"This task is no longer waiting: it is now {state}. Nothing was sent."
     messages.error(request, text)

@@ -58,6 +58,7 @@ class Line:
     percentile: int
     colour: str
     points: str  # "x,y x,y ..." for <polyline>, hours without turns left out
+    dots: list[tuple[str, str, str]]  # (x, y, label) of each hour's value, drawn as a dot
     day_value: float | None  # the percentile over the whole day, seconds
 
 
@@ -178,11 +179,16 @@ def _chart(hours, counts, samples, capped) -> Chart:
     line_top = _nice_ceiling(max((v for per in hourly.values() for v in per.values()), default=0))
     lines = []
     for p, colour in PERCENTILES:
-        points = " ".join(
-            f"{LEFT + (index + 0.5) * slot:.1f},{baseline - hourly[index][p] / line_top * plot_height:.1f}"
+        dots = [
+            (
+                f"{LEFT + (index + 0.5) * slot:.1f}",
+                f"{baseline - hourly[index][p] / line_top * plot_height:.1f}",
+                f"{hours[index]:%H}:00 UTC: p{p} {_seconds(hourly[index][p])}",
+            )
             for index in sorted(hourly)
-        )
-        lines.append(Line(p, colour, points, percentile(everything, p) if everything else None))
+        ]
+        points = " ".join(f"{x},{y}" for x, y, _ in dots)
+        lines.append(Line(p, colour, points, dots, percentile(everything, p) if everything else None))
 
     for index, hour in enumerate(hours):
         row = {"hour": hour, "turns": len(by_hour.get(index, []))}

@@ -25,6 +25,18 @@ DEMO_AGENTS = [
     ("secure-echo", "Secure Echo Agent", "echo", Agent.Visibility.AUTHENTICATED),
 ]
 DEMO_CLIENT_NAME = "Demo client"
+ADMIN_USERNAME = "admin"
+# How to give the demo client a new secret (the first start's is shown once).
+ROTATE_DEMO_SECRET = f"oauth_client rotate-secret --tenant demo --name '{DEMO_CLIENT_NAME}'"
+
+
+def admin_lines(password: str | None) -> list[str]:
+    """What the banner says about the admin user: who it is, and how to get in without the password."""
+    if password:
+        first = f"user '{ADMIN_USERNAME}', password: {password}  (shown once)"
+    else:
+        first = f"user '{ADMIN_USERNAME}' (its password was shown on the first start)"
+    return [first, f"forgot it? python manage.py changepassword {ADMIN_USERNAME}"]
 
 
 @dataclass
@@ -56,9 +68,9 @@ def seed_demo() -> SeedResult:
         )
         result.agents.append(slug)
     User = get_user_model()
-    if not User.objects.filter(username="admin").exists():
+    if not User.objects.filter(username=ADMIN_USERNAME).exists():
         result.admin_password = secrets.token_urlsafe(12)
-        admin = User.objects.create_superuser("admin", email="", password=result.admin_password)
+        admin = User.objects.create_superuser(ADMIN_USERNAME, email="", password=result.admin_password)
         Membership.objects.create(user=admin, tenant=tenant, role=Membership.Role.OWNER)
     client = Application.objects.filter(tenant=tenant, name=DEMO_CLIENT_NAME).first()
     if client is None:

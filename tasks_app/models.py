@@ -85,8 +85,8 @@ class Task(models.Model):
 class DraftTaskAlias(models.Model):
     """The id a draft-dialect (0.1, tasks/send) client chose for a task it created.
 
-    Written and read by tasks_app/protocol/legacy only: 1.0 ids are always
-    server-made, and nothing else in the platform knows this table. Unique per
+    Written by tasks_app/protocol/legacy only (1.0 ids are always server-made);
+    the console shows it and finds tasks by it (selectors.tasks_matching). Unique per
     agent, so two agents' clients may pick the same id.
     """
 
@@ -127,6 +127,8 @@ class Message(models.Model):
     reference_task_ids = models.JSONField(default=list, blank=True)
     turn = models.CharField(max_length=10, choices=Turn.choices, default=Turn.NONE, blank=True)
     turn_started_at = models.DateTimeField(null=True, blank=True)
+    # When the turn closed (its last attempt's end), for the console's turn-duration charts.
+    turn_finished_at = models.DateTimeField(null=True, blank=True)
     # The turn's lease: each claim counts an attempt and holds the turn until
     # lease_until, renewed while it runs; the sweeper runs an expired one again.
     turn_attempts = models.PositiveSmallIntegerField(default=0)
@@ -147,6 +149,11 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["task", "created_at"], name="message_task_idx"),
             models.Index(fields=["turn", "created_at"], name="message_turn_idx"),
+            models.Index(
+                fields=["tenant", "turn_finished_at"],
+                condition=models.Q(turn_finished_at__isnull=False),
+                name="message_turn_finished_idx",
+            ),
             models.Index(
                 fields=["turn", "lease_until"],
                 condition=models.Q(turn__in=["pending", "running"]),

@@ -16,17 +16,38 @@ from django.db import transaction
 
 from agents.approvals import APPROVERS, DENIED, GRANTED
 from tasks_app.access import Caller, get_task_for_tenant
-from tasks_app.models import Task, TaskState
+from tasks_app.models import Message, Task, TaskState
+from tasks_app.selectors import principal_names
 from tasks_app.services import message_send, task_cancel
 from tenants.audit import audit_record
 
 
 class TaskConflict(Exception):
-    """The task is not in a state that allows the action; `task` is the task as it is now."""
+    """The task is not in a state that allows the action; `task` is the task as it is now.
+
+    `by` names whoever moved it on, when someone's message did: an operator's
+    username, "the caller", or "" (nobody answered: it was canceled or failed).
+    """
 
     def __init__(self, task: Task, message: str):
-        super().__init__(message)
         self.task = task
+        self.by = _moved_on_by(task)
+        super().__init__(f"{message}; it was answered by {self.by}" if self.by else message)
+
+
+def _moved_on_by(task: Task) -> str:
+    """Who sent the message that took the task out of its wait, if one did."""
+    newest = list(
+        Message.objects.filter(task=task, role=Message.Role.USER)
+        .order_by("-created_at", "-pk")
+        .values_list("sender", flat=True)[:2]
+    )
+    if len(newest) < 2:
+        return ""  # only the request that started the task: nobody answered it
+    sender = newest[0]
+    if sender.startswith("user:"):
+        return principal_names(task.tenant, [sender])[sender]
+    return "the caller"
 
 
 class NotAnApprover(Exception):

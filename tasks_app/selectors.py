@@ -11,13 +11,14 @@ import uuid
 from datetime import datetime
 
 from a2a.utils.errors import InvalidParamsError
+from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
-from tasks_app.models import Artifact, Message, Task
+from tasks_app.models import Artifact, DraftTaskAlias, Message, Task
 from tasks_app.protocol.convert import task_dict
-from tenants.models import Tenant
+from tenants.models import Application, Tenant
 
 # Messages a task read returns when the caller names no historyLength.
 DEFAULT_HISTORY_LENGTH = 100
@@ -53,7 +54,9 @@ def with_history_length(snapshot: dict, history_length: int | None) -> dict:
 
 def tenant_tasks(tenant: Tenant) -> QuerySet[Task]:
     """Every task of the tenant, whoever called, with what a list row shows."""
-    return Task.objects.filter(tenant=tenant).select_related("agent", "context", "status_message")
+    return Task.objects.filter(tenant=tenant).select_related(
+        "agent", "context", "status_message", "draft_alias"
+    )
 
 
 def tasks_matching(
@@ -69,7 +72,8 @@ def tasks_matching(
 ) -> QuerySet[Task]:
     """`tasks` narrowed by each filter given: agent slug, state, context, owner, times, text.
 
-    `text` matches a task's id, or a word in any of its messages or artifacts.
+    `text` matches a task's id, the id a draft-dialect client chose for it, or a
+    word in any of its messages or artifacts.
     """
     if agent:
         tasks = tasks.filter(agent__slug=agent)
@@ -88,6 +92,8 @@ def tasks_matching(
         match = Exists(Message.objects.filter(task=OuterRef("pk"), parts__icontains=text)) | Exists(
             Artifact.objects.filter(task=OuterRef("pk"), parts__icontains=text)
         )
+        # The draft dialect's client ids are unique per agent: one indexed lookup.
+        match |= Exists(DraftTaskAlias.objects.filter(task=OuterRef("pk"), client_task_id=text))
         task_pk = parse_task_uuid(text)
         if task_pk is not None:
             match |= Q(pk=task_pk)
@@ -182,3 +188,37 @@ def task_list(
         "pageSize": page_size,
         "totalSize": total,
     }
+
+
+def principal_names(tenant: Tenant, principals) -> dict[str, str]:
+    """Who "user:<pk>" and "client:<client_id>" are, for people to read: {principal: name}.
+
+    Stored principals keep their format (tasks and messages are matched on it);
+    this maps them to usernames and client names at render, in two queries at most.
+    A client of another tenant is not named.
+    """
+    user_pks, client_ids, names = {}, {}, {}
+    for principal in set(principals):
+        kind, _, key = str(principal).partition(":")
+        if kind == "user" and key.isdigit():
+            user_pks[int(key)] = principal
+        elif kind == "client" and key:
+            client_ids[key] = principal
+        names[principal] = str(principal)
+    if user_pks:
+        for pk, username in get_user_model().objects.filter(pk__in=user_pks).values_list("pk", "username"):
+            names[user_pks[pk]] = username
+    if client_ids:
+        clients = Application.objects.filter(tenant=tenant, client_id__in=client_ids)
+        for client_id, name in clients.values_list("client_id", "name"):
+            names[client_ids[client_id]] = f"{name} (OAuth client)"
+    return names
+
+
+def first_requests(task_pks) -> dict:
+    """The message that started each task (the caller's original request): {task_pk: Message}, one query."""
+    first = Message.objects.filter(task=OuterRef("task"), role=Message.Role.USER).order_by("created_at", "pk")
+    messages = Message.objects.filter(task__in=list(task_pks), role=Message.Role.USER).filter(
+        pk=Subquery(first.values("pk")[:1])
+    )
+    return {message.task_id: message for message in messages}

@@ -45,7 +45,8 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidAgentResponseError
 from django.conf import settings
 from django.db import close_old_connections, transaction
-from django.db.models import F
+from django.db.models import DateTimeField, F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
@@ -542,7 +543,7 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
         # Renews the lease too (a turn that stores events is alive), and closes
         # the turn when the batch settles the task.
         if task.state in SETTLED_STATES:
-            held = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+            held = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None, **_finished_now())
         else:
             held = owned_turn(turn).update(
                 lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE)
@@ -722,6 +723,12 @@ def lock_task(task_pk) -> Task:
 
 
 # --- Closing a turn ------------------------------------------------------------------
+def _finished_now() -> dict:
+    """The turn's end, for the console's charts; a turn closed twice keeps its first end."""
+    now = Value(timezone.now(), output_field=DateTimeField())
+    return {"turn_finished_at": Coalesce("turn_finished_at", now)}
+
+
 def turn_finish(task_pk, message_pk: int, error: BaseException | None, *, attempt: int | None = None) -> bool:
     """Close a turn. A task the agent left unsettled ends FAILED with the reason.
 
@@ -735,7 +742,7 @@ def turn_finish(task_pk, message_pk: int, error: BaseException | None, *, attemp
         closing = Message.objects.filter(pk=message_pk)
         if attempt is not None:
             closing = closing.filter(turn=Message.Turn.RUNNING, turn_attempts=attempt)
-        if not closing.update(turn=Message.Turn.DONE, lease_until=None):
+        if not closing.update(turn=Message.Turn.DONE, lease_until=None, **_finished_now()):
             return False
         if task.is_terminal or task.is_interrupted:
             return task.state == TaskState.CANCELED

@@ -164,6 +164,32 @@ def oauth_client_create(
 
 
 @transaction.atomic
+def oauth_client_rotate_secret(*, client: Application, actor: str) -> str:
+    """Give a confidential client a new secret, returned in clear this once (stored hashed).
+
+    For a secret that was lost or leaked: the old secret stops working, and so
+    do the tokens issued so far (whoever held the old secret may hold those).
+    """
+    if client.revoked_at is not None:
+        raise ValidationError("This client is revoked; create a new one instead")
+    if client.client_type != Application.CLIENT_CONFIDENTIAL:
+        raise ValidationError("This client has no secret (it is a public, authorization-code client)")
+    secret = generate_client_secret()
+    client.client_secret = secret
+    client.save(update_fields=["client_secret", "updated"])
+    AccessToken.objects.filter(application=client).delete()
+    RefreshToken.objects.filter(application=client, revoked__isnull=True).update(revoked=timezone.now())
+    audit_record(
+        tenant=client.tenant,
+        actor=actor,
+        action="oauth_client.rotate_secret",
+        target_type="oauth_client",
+        target_id=client.client_id,
+    )
+    return secret
+
+
+@transaction.atomic
 def oauth_client_revoke(*, client: Application, actor: str) -> Application:
     """Revoke a client: it gets no new token and the tokens it holds stop working at once."""
     if client.revoked_at is None:

@@ -8,7 +8,8 @@ import json
 from dataclasses import dataclass
 
 from tasks_app.events import payload_state
-from tasks_app.models import TaskState
+from tasks_app.models import INTERRUPTED_STATES, TaskState
+from tasks_app.selectors import first_requests, principal_names
 
 PREVIEW_CHARS = 160
 
@@ -81,15 +82,59 @@ def task_rows(tasks) -> list[dict]:
     return rows
 
 
-def timeline(events) -> list[TimelineEntry]:
-    """One line per logged event: what the task's life looked like, in order."""
+@dataclass
+class QueueItem:
+    """One waiting task as the inbox shows it: what was asked, what the agent asks now, by whom."""
+
+    task: object
+    request: list[PartView]
+    request_id: str
+    prompt: list[PartView]
+    caller: str
+
+
+def queue_items(tenant, tasks) -> list[QueueItem]:
+    """Inbox items for a page of waiting tasks, in three queries whatever the page size."""
+    tasks = list(tasks)
+    requests = first_requests(task.pk for task in tasks)
+    names = principal_names(tenant, [task.owner for task in tasks])
+    return [
+        QueueItem(
+            task=task,
+            request=part_views(requests[task.pk].parts) if task.pk in requests else [],
+            request_id=requests[task.pk].message_id if task.pk in requests else "",
+            prompt=part_views(task.status_message.parts) if task.status_message else [],
+            caller=names.get(task.owner, task.owner),
+        )
+        for task in tasks
+    ]
+
+
+def timeline(events, answered_by=()) -> list[TimelineEntry]:
+    """One line per logged event: what the task's life looked like, in order.
+
+    An answer puts the task back to SUBMITTED in the log (it waits for its next
+    turn); shown as a state, the timeline would seem to start over, so it is
+    shown as the answer it is, by whom (`answered_by`: who sent each message
+    after the first, in order).
+    """
     entries = []
+    answered_by = list(answered_by)
+    previous = None
     for event in events:
         payload = event.payload or {}
         entry = TimelineEntry(seq=event.seq, at=event.created_at, kind=event.get_kind_display())
         state = payload_state(payload)
+        if state == TaskState.SUBMITTED and previous in INTERRUPTED_STATES:
+            entry.kind = "Answer"
+            by = answered_by.pop(0) if answered_by else ""
+            entry.text = f"Answered by {by}; the agent resumes" if by else "Answered; the agent resumes"
+            entries.append(entry)
+            previous = state
+            continue
         if state:
             entry.state, entry.state_label = str(state), STATE_LABELS.get(state, str(state))
+            previous = state
         if "statusUpdate" in payload:
             entry.text = parts_text(payload["statusUpdate"]["status"].get("message", {}).get("parts"))
         elif "task" in payload:

@@ -102,16 +102,54 @@ def browser():
         browser.close()
 
 
+class BrowserErrors:
+    """What the pages of one test printed as console errors or threw as uncaught exceptions."""
+
+    def __init__(self):
+        self.strict = False
+        self.seen: list[str] = []
+
+    def watch(self, page) -> None:
+        page.on("console", lambda message: self._console(page, message))
+        page.on("pageerror", lambda error: self.seen.append(f"{page.url}: uncaught {error}"))
+
+    def _console(self, page, message) -> None:
+        if message.type == "error":
+            where = message.location.get("url", "") if message.location else ""
+            self.seen.append(f"{page.url}: console error {message.text} ({where})")
+
+
 @pytest.fixture
-def sign_in(browser, server, people):
-    """sign_in("bob") -> a Playwright page of a fresh browser context, signed in as bob."""
+def browser_errors():
+    return BrowserErrors()
+
+
+@pytest.fixture
+def no_console_errors(browser_errors):
+    """Fail the test if any page it opened logged a console error or threw (404s of assets too)."""
+    browser_errors.strict = True
+    yield browser_errors
+    assert browser_errors.seen == [], "the browser reported errors:\n" + "\n".join(browser_errors.seen)
+
+
+@pytest.fixture
+def sign_in(browser, server, people, browser_errors):
+    """sign_in("bob") -> a Playwright page of a fresh browser context, signed in as bob.
+
+    width=390 opens it at a phone's width; every page is watched for console errors
+    (asserted by the no_console_errors fixture).
+    """
     contexts = []
 
-    def open_as(username: str, lands_on: str = DEFAULT_LANDING):
-        context = browser.new_context(base_url=server.base_url, viewport={"width": 1280, "height": 900})
+    def open_as(username: str, lands_on: str = DEFAULT_LANDING, width: int = 1280, init_script: str = ""):
+        viewport = {"width": width, "height": 900 if width > 600 else 844}
+        context = browser.new_context(base_url=server.base_url, viewport=viewport)
         context.set_default_timeout(15_000)
+        if init_script:
+            context.add_init_script(init_script)
         contexts.append(context)
         page = context.new_page()
+        browser_errors.watch(page)
         page.goto("/console/")
         page.get_by_label("Username").fill(username)
         page.get_by_label("Password").fill(PASSWORD)

@@ -82,7 +82,7 @@ def test_an_operator_of_another_tenant_sees_nothing(server, sign_in, acme_agent,
     assert erin.goto(f"/console/t/globex/tasks/{task_id}/").status == 404
     for path in ("/console/t/globex/tasks/", "/console/t/globex/queues/input-required/"):
         erin.goto(path)
-        assert erin.locator(f'tr[data-key="{task_id}"]').count() == 0
+        assert erin.locator(f'[data-key="{task_id}"]').count() == 0
         expect(erin.locator("main")).not_to_contain_text("Plan the offsite")
     erin.goto("/console/t/globex/queues/input-required/")
     expect(erin.locator("#queue-rows")).to_contain_text("Nothing is waiting")
@@ -127,6 +127,8 @@ def test_two_operators_answer_the_same_prompt_and_only_one_answer_counts(server,
     losers = [name for name, text in flashes.items() if "already answered" in text]
     assert len(winners) == 1 and len(losers) == 1, flashes
     expect(pages[losers[0]].locator(".flash")).to_contain_text("Nothing was sent")
+    # The loser learns who answered, by username.
+    expect(pages[losers[0]].locator(".flash")).to_contain_text(f"already answered by {winners[0]}")
 
     # The task finishes with the winner's answer, and it received exactly one.
     expect(pages[winners[0]].get_by_test_id("task-state")).to_have_text("Completed", timeout=30_000)

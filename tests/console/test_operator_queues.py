@@ -23,7 +23,7 @@ APPEAR_WITHIN = 1.0
 def _wait_for_row(page, caller: StreamingCaller):
     """Wait for the caller's task to show up in the open queue page; returns (row, seconds it took)."""
     caller.wait(caller.interrupted)
-    row = page.locator(f'tr[data-key="{caller.task_id}"]')
+    row = page.locator(f'#queue-rows > [data-key="{caller.task_id}"]')
     row.wait_for()
     took = time.monotonic() - caller.interrupted_at
     # Kept for the record (the report quotes them), next to the screenshots.
@@ -104,7 +104,9 @@ def test_an_operator_decides_an_approval_from_the_auth_queue(
 
     caller.wait(caller.subscribed)
     row.get_by_role("link").click()
-    bob.get_by_role("button", name=decision, exact=True).click()
+    # Each decision asks to be confirmed first.
+    bob.get_by_text(f"{decision}…", exact=True).click()
+    bob.get_by_role("button", name=f"Confirm {decision.lower()}").click()
     expect(bob.locator(".flash")).to_contain_text(f"Authorization {word}")
     expect(bob.get_by_test_id("task-state")).to_have_text(shown)
     caller.wait(caller.done)
@@ -121,8 +123,8 @@ def test_the_queue_shows_tasks_oldest_first_with_their_waiting_time(server, sign
     second = rpc("SendMessage", user_message("second", f"msg-{uuid.uuid4()}"), agent=slug, tenant="acme")
     bob = sign_in("bob")
     bob.goto("/console/t/acme/queues/input-required/")
-    keys = bob.locator("#queue-rows tr").evaluate_all("rows => rows.map(row => row.dataset.key)")
+    keys = bob.locator("#queue-rows > li").evaluate_all("rows => rows.map(row => row.dataset.key)")
     first_id, second_id = first["result"]["task"]["id"], second["result"]["task"]["id"]
     assert keys.index(first_id) < keys.index(second_id)
-    waiting = bob.locator(f'tr[data-key="{first_id}"] time').inner_text()
+    waiting = bob.locator(f'[data-key="{first_id}"] time').inner_text()
     assert waiting.endswith((" s", " min")), waiting

@@ -1,5 +1,6 @@
 """The README's run command on a fresh machine: `manage.py serve` on the embedded default."""
 
+import json
 import os
 import re
 import sqlite3
@@ -41,6 +42,41 @@ def _banner(process: subprocess.Popen) -> str:
     raise AssertionError("serve printed no curl example:\n" + "".join(lines))
 
 
+def _rest_of_banner(process: subprocess.Popen) -> str:
+    """The banner's lines after the curl example, up to the management API line."""
+    lines = []
+    for line in iter(process.stdout.readline, ""):
+        lines.append(line)
+        if line.strip().startswith("Management API:"):
+            return "".join(lines)
+    raise AssertionError("serve printed no management API line:\n" + "".join(lines))
+
+
+def _rotate_demo_secret_as_printed(banner: str, var_dir, port: int) -> None:
+    """Run the banner's rotate command; the new secret gets a token from the running server."""
+    command = next(line for line in banner.splitlines() if "rotate-secret" in line).split("python ", 1)[1]
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH"}}
+    env["A2A_VAR_DIR"] = str(var_dir)
+    done = subprocess.run(
+        f"{sys.executable} {command}",
+        shell=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    credentials = json.loads(done.stdout)
+    token = httpx.post(
+        f"http://127.0.0.1:{port}/o/token/",
+        data={"grant_type": "client_credentials", "scope": "a2a:invoke"},
+        auth=(credentials["client_id"], credentials["client_secret"]),
+    )
+    assert token.status_code == 200, token.text
+    assert token.json()["access_token"]
+
+
 def _wait_ready(port: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -77,8 +113,15 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
     second = _serve(tmp_path, port)
     try:
         banner = _banner(second)
-        assert "password" not in banner
+        # No password the second time, but who the admin is and how to get in without it.
+        assert not re.search(r"password: \S+", banner), banner
+        assert f"Console:     http://127.0.0.1:{port}/console/" in banner
+        assert "user 'admin'" in banner
+        assert "python manage.py changepassword admin" in banner
+        rest = _rest_of_banner(second)
+        assert "client_secret shown on the first start only" in rest, rest
         _wait_ready(port)
+        _rotate_demo_secret_as_printed(rest, tmp_path, port)
     finally:
         second.terminate()
         second.wait(timeout=15)

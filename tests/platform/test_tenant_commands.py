@@ -172,3 +172,36 @@ def test_tenant_update_refuses_bad_values_and_changes_nothing(db_settings, store
         None,
         None,
     )
+
+
+def test_rotate_secret_gives_a_client_a_new_secret_and_ends_the_old_ones_tokens(trio, db_settings):
+    from tenants.models import AuditEvent
+
+    made = manage(
+        db_settings, "oauth_client", "create", "--tenant", "acme", "--name", f"rot-{uuid.uuid4().hex[:6]}"
+    )
+    old = json.loads(made.stdout)
+    old_client = tenancy.Client(old["client_id"], old["client_secret"])
+    old_token = trio.client_credentials_token(old_client).json()["access_token"]
+
+    rotated = manage(
+        db_settings, "oauth_client", "rotate-secret", "--tenant", "acme", "--client-id", old["client_id"]
+    )
+    assert rotated.returncode == 0, rotated.stderr
+    new = json.loads(rotated.stdout)
+    assert new["client_id"] == old["client_id"] and new["client_secret"] != old["client_secret"]
+    # The new secret works, the old one and the token it got do not.
+    assert (
+        trio.client_credentials_token(tenancy.Client(new["client_id"], new["client_secret"])).status_code
+        == 200
+    )
+    assert trio.client_credentials_token(old_client).status_code == 401
+    tasks = httpx.get(f"{trio.base_url}/api/v1/tenants/acme/tasks/", headers=trio.auth(old_token), timeout=30)
+    assert tasks.status_code == 401
+    assert AuditEvent.objects.filter(action="oauth_client.rotate_secret", target_id=new["client_id"]).exists()
+
+    # Another tenant's client is not found from here, and a name that matches nothing says so.
+    elsewhere = manage(
+        db_settings, "oauth_client", "rotate-secret", "--tenant", "globex", "--client-id", new["client_id"]
+    )
+    assert elsewhere.returncode != 0 and "has no active client" in elsewhere.stderr

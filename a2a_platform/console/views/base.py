@@ -16,7 +16,7 @@ from a2a_platform.console.access import console_tenants
 from tasks_app.models import Task, TaskState
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "static" / "console"
-ASSETS = {"console.css": "text/css", "console.js": "text/javascript"}
+ASSETS = {"console.css": "text/css", "console.js": "text/javascript", "favicon.svg": "image/svg+xml"}
 
 
 def queue_counts(tenant) -> dict[str, int]:
@@ -82,3 +82,9 @@ def console_asset(request, name: str):
     # URLs carry ?v=<digest>, so a cached copy is never stale.
     patch_cache_control(response, public=True, max_age=86400)
     return response
+
+
+@require_GET
+def favicon(request):
+    """/favicon.ico, which browsers ask every page for: the console's SVG icon."""
+    return console_asset(request, "favicon.svg")

@@ -10,10 +10,11 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from a2a_platform.console.access import Role, tenant_view
-from a2a_platform.console.presenters import STATE_LABELS, part_views, task_rows, timeline
+from a2a_platform.console.presenters import STATE_LABELS, part_views, queue_items, task_rows, timeline
 from a2a_platform.console.views.base import render_console
 from agents.models import Agent
 from tasks_app.access import get_task_for_tenant
@@ -25,7 +26,7 @@ from tasks_app.operator import (
     operator_authorize,
     operator_cancel,
 )
-from tasks_app.selectors import tasks_matching, tenant_tasks
+from tasks_app.selectors import principal_names, tasks_matching, tenant_tasks
 
 MAX_ANSWER_CHARS = 10_000
 # Files an agent sent may be opened inline only as these types; anything else downloads.
@@ -54,9 +55,8 @@ def task_list(request):
         context_id=filters["context"],
         text=filters["q"],
     )
-    page = Paginator(tasks.order_by("-updated_at", "pk"), settings.CONSOLE_PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    tasks = tasks.order_by("-updated_at", "pk")
+    page = Paginator(tasks, settings.CONSOLE_PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render_console(
@@ -79,14 +79,15 @@ def task_queue(request, queue: str):
     if queue not in QUEUES:
         raise Http404()
     state, title = QUEUES[queue]
-    tasks = tasks_matching(tenant_tasks(request.console.tenant), state=state).order_by(
-        "status_timestamp", "pk"
+    tenant = request.console.tenant
+    tasks = tasks_matching(tenant_tasks(tenant), state=state)
+    page = Paginator(tasks.order_by("status_timestamp", "pk"), settings.CONSOLE_PAGE_SIZE).get_page(
+        request.GET.get("page")
     )
-    page = Paginator(tasks, settings.CONSOLE_PAGE_SIZE).get_page(request.GET.get("page"))
     return render_console(
         request,
         "console/tasks/queue.html",
-        {"page": page, "rows": task_rows(page.object_list), "queue": queue, "title": title},
+        {"page": page, "items": queue_items(tenant, page.object_list), "queue": queue, "title": title},
     )
 
 
@@ -105,10 +106,14 @@ def _push_deliveries(task):
 @tenant_view()
 def task_detail(request, task_id):
     task = _task_or_404(request, task_id)
+    messages_ = list(task.messages.order_by("created_at", "pk"))
+    names = principal_names(task.tenant, [task.owner, *(message.sender for message in messages_)])
     conversation = [
-        {"message": message, "parts": part_views(message.parts)}
-        for message in task.messages.order_by("created_at", "pk")
+        {"message": message, "parts": part_views(message.parts), "sender": names.get(message.sender, "")}
+        for message in messages_
     ]
+    # Every user message after the first answered a prompt (a task only takes one while it waits).
+    answers = [names.get(m.sender) or "the caller" for m in messages_ if m.role == Message.Role.USER][1:]
     artifacts = [
         {"artifact": artifact, "parts": part_views(artifact.parts)}
         for artifact in task.artifacts.order_by("created_at", "pk")
@@ -118,10 +123,13 @@ def task_detail(request, task_id):
         "console/tasks/detail.html",
         {
             "task": task,
+            "caller": names.get(task.owner, task.owner),
+            # A draft-dialect client's own id for the task (a missing alias reads as None).
+            "client_task_id": getattr(getattr(task, "draft_alias", None), "client_task_id", ""),
             "prompt": part_views(task.status_message.parts) if task.status_message else [],
             "conversation": conversation,
             "artifacts": artifacts,
-            "timeline": timeline(task.events.order_by("seq")),
+            "timeline": timeline(task.events.order_by("seq"), answered_by=answers),
             "deliveries": _push_deliveries(task),
         },
     )
@@ -134,12 +142,22 @@ def _task_or_404(request, task_id):
     return task
 
 
-def _no_longer_waiting(request, task, what: str) -> None:
-    messages.error(
-        request,
-        f"This task was already {what} by someone else, or is no longer waiting: "
-        f"it is now {task.get_state_display().lower()}. Nothing was sent.",
-    )
+def _no_longer_waiting(request, refused: TaskConflict, what: str) -> None:
+    state = refused.task.get_state_display().lower()
+    if refused.by:
+        text = f"This task was already {what} by {refused.by}: it is now {state}. Nothing was sent."
+    else:
+        text = f"This task is no longer waiting: it is now {state}. Nothing was sent."
+    messages.error(request, text)
+
+
+def _back(request, task_id):
+    """Back to the queue the action came from (its next item focused), or to the task."""
+    queue = request.POST.get("back", "")
+    if queue in QUEUES:
+        url = reverse("console:queue", args=[request.console.tenant.slug, queue])
+        return redirect(f"{url}#next")
+    return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
 
 
 @require_POST
@@ -148,15 +166,15 @@ def task_answer(request, task_id):
     text = request.POST.get("text", "").strip()
     if not text or len(text) > MAX_ANSWER_CHARS:
         messages.error(request, f"Write an answer (1 to {MAX_ANSWER_CHARS} characters).")
-        return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+        return _back(request, task_id)
     task = _task_or_404(request, task_id)
     try:
         operator_answer(task, request.user, text)
     except TaskConflict as refused:
-        _no_longer_waiting(request, refused.task, "answered")
+        _no_longer_waiting(request, refused, "answered")
     else:
-        messages.success(request, "Answer sent. The agent is working on it.")
-    return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+        messages.success(request, f"Answer sent to {task.agent.name} (task {str(task.pk)[:8]}).")
+    return _back(request, task_id)
 
 
 @require_POST
@@ -165,18 +183,18 @@ def task_authorize(request, task_id):
     decision = request.POST.get("decision")
     if decision not in ("grant", "deny"):
         messages.error(request, "Choose grant or deny.")
-        return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+        return _back(request, task_id)
     task = _task_or_404(request, task_id)
     try:
         operator_authorize(task, request.user, granted=decision == "grant")
     except TaskConflict as refused:
-        _no_longer_waiting(request, refused.task, "decided")
+        _no_longer_waiting(request, refused, "decided")
     except NotAnApprover as refused:
         messages.error(request, str(refused))
     else:
         word = "granted" if decision == "grant" else "denied"
-        messages.success(request, f"Authorization {word}.")
-    return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)
+        messages.success(request, f"Authorization {word} (task {str(task.pk)[:8]}, {task.agent.name}).")
+    return _back(request, task_id)
 
 
 @require_POST

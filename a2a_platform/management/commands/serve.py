@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from a2a_platform.seed import DEMO_AGENTS, seed_demo
+from a2a_platform.seed import DEMO_AGENTS, ROTATE_DEMO_SECRET, admin_lines, seed_demo
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +111,11 @@ class Command(BaseCommand):
         out.write(f"  Database:    {database_description()}")
         out.write(f"  Workers:     {worker_description()}")
         out.write(f"  Health:      {base}/healthz  {base}/readyz")
+        out.write(f"  Console:     {base}/console/  (operators: queues, tasks, agents)")
         out.write(f"  Admin:       {base}/admin/")
-        if admin_password:
-            out.write(f"               user 'admin', password: {admin_password}  (shown once)")
+        if seeded:
+            for line in admin_lines(admin_password):
+                out.write(f"               {line}")
         if seeded:
             # Pad to the longest slug so the URLs line up.
             width = max(len(slug) for slug, *_rest in DEMO_AGENTS) + 1
@@ -139,6 +141,9 @@ class Command(BaseCommand):
         if seeded.demo_client_secret:
             # Stored hashed: this is the only time the secret can be shown.
             out.write(f"               client_secret {seeded.demo_client_secret}  (shown once)")
+        else:
+            out.write("               client_secret shown on the first start only (stored hashed)")
+        out.write(f"               a new secret: python manage.py {ROTATE_DEMO_SECRET}")
         out.write(
             f"  Token for secure-echo: curl -s -u '<client_id>:<client_secret>' "
             f"-d grant_type=client_credentials {base}/o/token/"

@@ -48,6 +48,60 @@
   }
   setInterval(tick, 10000);
 
+  // --- The inbox (queue pages): the next item is one keystroke away ------------------
+  // j / k (or arrow keys outside a box) move between items and focus the item's
+  // answer box or its Grant button; Ctrl+Enter sends an answer; Esc leaves a box.
+  // After an action the queue reloads with #next: the oldest item waiting is focused.
+  const inbox = document.body.dataset.inbox ? document.getElementById("queue-rows") : null;
+
+  function items() { return inbox ? Array.from(inbox.querySelectorAll(".inbox-item")) : []; }
+  function focusItem(item) {
+    if (!item) return;
+    const target = item.querySelector("[data-primary]") || item;
+    target.focus();
+    item.scrollIntoView({ block: "nearest" });
+  }
+  function typing(element) {
+    return element && (element.isContentEditable || /^(TEXTAREA|INPUT|SELECT)$/.test(element.tagName));
+  }
+  if (inbox) {
+    document.addEventListener("keydown", function (event) {
+      const active = document.activeElement;
+      if (typing(active)) {
+        if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && active.form) {
+          event.preventDefault();
+          active.form.requestSubmit();
+        } else if (event.key === "Escape") {
+          active.blur();
+          const item = active.closest(".inbox-item");
+          if (item) item.focus();
+        }
+        return;
+      }
+      if (event.ctrlKey || event.metaKey || event.altKey) return;
+      const step = { j: 1, ArrowDown: 1, k: -1, ArrowUp: -1 }[event.key];
+      if (!step) return;
+      const all = items();
+      if (!all.length) return;
+      const current = active ? active.closest(".inbox-item") : null;
+      const index = all.indexOf(current);
+      const next = index < 0 ? (step > 0 ? 0 : all.length - 1) : Math.min(all.length - 1, Math.max(0, index + step));
+      event.preventDefault();
+      focusItem(all[next]);
+    });
+    if (window.location.hash === "#next") focusItem(items()[0]);
+  }
+  // One decision open at a time: opening Deny closes Grant and the other way round.
+  document.addEventListener("toggle", function (event) {
+    const opened = event.target;
+    if (!(opened instanceof HTMLDetailsElement) || !opened.open || !opened.classList.contains("confirm")) return;
+    opened.parentElement.querySelectorAll("details.confirm[open]").forEach(function (other) {
+      if (other !== opened) other.open = false;
+    });
+    const confirm = opened.querySelector("button[type=submit]");
+    if (confirm) confirm.focus();
+  }, true);
+
   // --- Live regions ---------------------------------------------------------------
   // data-live="whole": replaced when its data-version changes (or has none).
   // data-live="keyed": children with data-key are kept when their data-version is

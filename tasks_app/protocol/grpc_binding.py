@@ -205,9 +205,11 @@ def grpc_server(base_url: str) -> grpc.aio.Server:
     from grpc_reflection.v1alpha import reflection
 
     size = settings.A2A_MAX_REQUEST_BYTES
-    server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", -1)]
-    )
+    options = [("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", -1)]
+    # grpc binds with SO_REUSEPORT by default: a second platform on the same port would
+    # silently take half of the connections instead of failing to start.
+    options.append(("grpc.so_reuseport", 0))
+    server = grpc.aio.server(options=options)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AServicer(base_url), server)
     reflection.enable_server_reflection([SERVICE_NAME, reflection.SERVICE_NAME], server)
     return server

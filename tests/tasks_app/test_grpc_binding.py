@@ -375,3 +375,21 @@ async def test_a_deadline_on_a_stream_leaves_the_task_running(server):
     finally:
         await client.close()
     assert fetched.status.state == STATE.TASK_STATE_COMPLETED
+
+
+async def test_a_message_with_an_unknown_role_number_is_invalid(server):
+    # Binary protobuf carries enum numbers the ProtoJSON bindings never see.
+    message = pb.Message(message_id=f"m-{uuid.uuid4()}", role=99, parts=[pb.Part(text="hi")])
+    error = await rpc_error(server, "SendMessage", pb.SendMessageRequest(message=message, tenant="demo/echo"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ROLE_USER" in error.details()
+
+
+def test_a_second_server_on_a_taken_grpc_port_fails_to_start(server):
+    from django.core.management.base import CommandError
+
+    from a2a_platform.management.commands.grpcserve import start_grpc_thread
+
+    host, port = server.grpc_target.split(":")
+    with pytest.raises(CommandError, match="cannot listen"):
+        start_grpc_thread(host, int(port), server.base_url)

@@ -8,5 +8,5 @@ COPY tasks_app tasks_app
 COPY templates templates
 RUN pip install --no-cache-dir .
 ENV DEBUG=false
-EXPOSE 8000
+EXPOSE 8000 50051
 CMD ["python", "-m", "daphne", "-b", "0.0.0.0", "-p", "8000", "a2a_platform.asgi:application"]

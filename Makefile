@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install lint worker beat bench clean
+.PHONY: run test install lint worker beat grpc bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ worker: install
 
 beat: install
 	mkdir -p var && $(PY) -m celery -A a2a_platform beat --loglevel INFO -s var/celerybeat-schedule
+
+# Services mode: the gRPC binding as a process of its own (GRPC_PORT, default 50051).
+GRPC_PORT ?= 50051
+grpc: install
+	$(PY) manage.py grpcserve --host $(HOST) --port $(GRPC_PORT)
 
 bench: install
 	$(PY) bench/run.py

@@ -239,6 +239,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES
 # Dotted paths of extra AgentExecutor classes, as "name=package.module.Class".
 A2A_EXTRA_HANDLERS = env_list("A2A_EXTRA_HANDLERS")
 
+# --- gRPC binding ----------------------------------------------------------------
+# The port gRPC listens on: `manage.py grpcserve` (services mode), and the second
+# port of `manage.py serve` on the embedded default.
+A2A_GRPC_PORT = env_int("A2A_GRPC_PORT", 50051)
+# host:port where callers reach gRPC, listed in the agent cards. Unset: the cards
+# list no gRPC interface, except under `manage.py serve`, which names its own port.
+A2A_GRPC_PUBLIC_URL = env_str("A2A_GRPC_PUBLIC_URL")
+
 # --- Push notifications ----------------------------------------------------------
 # Webhooks to loopback/private/link-local addresses are refused unless this is on (dev, tests).
 PUSH_ALLOW_PRIVATE_NETWORKS = env_bool("PUSH_ALLOW_PRIVATE_NETWORKS", default=False)

@@ -26,6 +26,11 @@ def agent_url(agent: Agent, base_url: str) -> str:
     return f"{base_url}/a2a/{agent.tenant.slug}/{agent.slug}/"
 
 
+def grpc_tenant(agent: Agent) -> str:
+    """The `tenant` field that addresses `agent` on the gRPC binding, which serves every agent on one port."""
+    return f"{agent.tenant.slug}/{agent.slug}"
+
+
 def _skills(agent: Agent, extended: bool) -> list[dict]:
     skills = agent.skills or handler_defaults(agent.handler)["skills"]
     shown = []
@@ -129,6 +134,16 @@ def card_dict(agent: Agent, base_url: str, *, extended: bool = False, version: s
         "defaultOutputModes": ["text/plain"],
         "skills": _skills(agent, extended),
     }
+    if settings.A2A_GRPC_PUBLIC_URL:
+        # Last: JSON-RPC stays the preferred interface.
+        card["supportedInterfaces"].append(
+            {
+                "url": settings.A2A_GRPC_PUBLIC_URL,
+                "protocolBinding": "GRPC",
+                "protocolVersion": "1.0",
+                "tenant": grpc_tenant(agent),
+            },
+        )
     if not agent.is_public:
         card["securitySchemes"], card["securityRequirements"] = _security(base_url)
     # Round trip through the SDK type: a card we cannot parse must never be served.

@@ -171,9 +171,8 @@ def start_platform(mode: str, env: dict, log_dir: Path) -> Server:
         storage = ("postgres", PLATFORM_DB)
     else:
         manage = [sys.executable, "manage.py"]
-        procs.append(
-            spawn("platform-embedded", [*manage, "serve", "--port", str(port), "--no-seed"], env, log_dir)
-        )
+        serve = [*manage, "serve", "--port", str(port), "--no-seed", "--no-grpc"]
+        procs.append(spawn("platform-embedded", serve, env, log_dir))
         storage = ("sqlite", str(Path(env["A2A_VAR_DIR"]) / "db.sqlite3"))
     label = SERVICES if mode == "services" else EMBEDDED
     server = Server(label, f"{base}/a2a/demo/echo/", f"{base}/readyz", procs, storage)

@@ -37,16 +37,21 @@ class TenantOAuth2Validator(OAuth2Validator):
         return super().save_authorization_code(client_id, code, request, *args, **kwargs)
 
 
-def bearer_token_verify(request) -> AccessToken | None:
-    """The valid access token the request carries, or None.
+def bearer_token_verify(authorization: str, uri: str) -> AccessToken | None:
+    """The valid access token an `Authorization` value carries, or None.
 
     Valid means: known, not expired, and its client not revoked (DOT checks
     `Application.is_usable`). Tenant and scope checks are the caller's job,
     because they decide between "invalid token" and "insufficient scope".
+    Takes the header's value rather than a Django request, so that every
+    binding (HTTP, and gRPC's `authorization` metadata) checks tokens the same
+    way; `uri` is what a resource-restricted token is checked against (RFC 8707).
     """
-    valid, oauth_request = get_oauthlib_core().verify_request(request, scopes=[])
+    server = get_oauthlib_core().server
+    headers = {"Authorization": authorization}
+    valid, oauth_request = server.verify_request(uri, "POST", None, headers, scopes=[])
     return oauth_request.access_token if valid else None
 
 
-def has_bearer_header(request) -> bool:
-    return request.headers.get("Authorization", "").lower().startswith("bearer ")
+def is_bearer(authorization: str) -> bool:
+    return authorization.lower().startswith("bearer ")

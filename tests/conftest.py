@@ -88,7 +88,7 @@ def server(db_settings, log_dir) -> Platform:
     """The platform under test, in its own processes, on the test database."""
     worker = start_worker(db_settings, log_dir) if SERVICES_MODE else None
     try:
-        server = start_web(db_settings, log_dir)
+        server = start_web(db_settings, log_dir, grpc=True)
     except BaseException:
         if worker:
             worker.popen.kill()

@@ -63,6 +63,8 @@ class Process:
 class Platform:
     base_url: str
     processes: list[Process] = field(default_factory=list)
+    # host:port of the gRPC binding, when the platform serves it.
+    grpc_target: str = ""
 
     def agent_url(self, agent: str, tenant: str = "demo") -> str:
         return f"{self.base_url}/a2a/{tenant}/{agent}/"
@@ -151,18 +153,45 @@ def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
     return env
 
 
-def start_web(db_settings: dict, log_dir: Path, name: str = "web", extra_env: dict | None = None) -> Platform:
-    """One web process; on the embedded default it carries the worker threads too."""
+def start_web(
+    db_settings: dict, log_dir: Path, name: str = "web", extra_env: dict | None = None, grpc: bool = False
+) -> Platform:
+    """One web process; on the embedded default it carries the worker threads too.
+
+    With `grpc`, the gRPC binding too: on a second port of `manage.py serve`, or in
+    services mode as a `manage.py grpcserve` process of its own.
+    """
     port = free_port()
+    grpc_port = free_port() if grpc else None
     env = child_env(db_settings, extra_env)
+    base_url = f"http://127.0.0.1:{port}"
+    processes = []
     if env.get("REDIS_URL"):
+        if grpc:
+            env["A2A_GRPC_PUBLIC_URL"] = f"127.0.0.1:{grpc_port}"
+            processes.append(start_grpc(f"{name}-grpc", env, log_dir, grpc_port, base_url))
         args = daphne_args(port, "a2a_platform.asgi:application")
     else:
         args = [sys.executable, "manage.py", "serve", "--port", str(port), "--no-seed"]
+        args += ["--grpc-port", str(grpc_port)] if grpc else ["--no-grpc"]
     process = spawn(name, args, env, log_dir)
-    platform = Platform(base_url=f"http://127.0.0.1:{port}", processes=[process])
-    wait_started(process, lambda: http_ok(f"{platform.base_url}/readyz"), f"{name} to serve")
+    platform = Platform(base_url=base_url, processes=[process, *processes])
+    if grpc:
+        platform.grpc_target = f"127.0.0.1:{grpc_port}"
+    try:
+        wait_started(process, lambda: http_ok(f"{platform.base_url}/readyz"), f"{name} to serve")
+    except BaseException:
+        stop_processes(processes)
+        raise
     return platform
+
+
+def start_grpc(name: str, env: dict, log_dir: Path, port: int, base_url: str) -> Process:
+    """`manage.py grpcserve`, as `make grpc` runs it, listening."""
+    args = [sys.executable, "manage.py", "grpcserve", "--port", str(port), "--base-url", base_url]
+    process = spawn(name, args, env, log_dir)
+    wait_started(process, lambda: "gRPC binding serving" in process.output(), "the gRPC server")
+    return process
 
 
 def start_worker(db_settings: dict, log_dir: Path) -> Process:

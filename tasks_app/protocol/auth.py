@@ -17,7 +17,7 @@ from agents.approvals import APPROVE_SCOPE
 from agents.models import Agent
 from tasks_app.access import Caller
 from tenants.models import Membership
-from tenants.oauth import bearer_token_verify, has_bearer_header
+from tenants.oauth import bearer_token_verify, is_bearer
 
 # Which OAuth2 scope each A2A 1.0 operation needs.
 METHOD_SCOPES = {
@@ -88,8 +88,8 @@ def _member_role(user, agent: Agent) -> str | None:
     )
 
 
-def _token_caller(request, agent: Agent, method: str) -> Caller:
-    token = bearer_token_verify(request)
+def _token_caller(authorization: str, uri: str, agent: Agent, method: str) -> Caller:
+    token = bearer_token_verify(authorization, uri)
     # Same message for unknown, expired, revoked and other-tenant tokens: nothing to learn from it.
     invalid = CallerUnauthenticated("The access token is invalid, expired or revoked", error="invalid_token")
     if token is None or token.application is None or token.application.tenant_id != agent.tenant_id:
@@ -155,15 +155,26 @@ def _session_caller(request, agent: Agent) -> Caller | None:
 
 
 def resolve_caller(request, agent: Agent, method: str) -> Caller:
-    """The Caller for one request to `agent`'s `method`. Runs in a sync thread."""
-    if has_bearer_header(request):
+    """The Caller for one HTTP request to `agent`'s `method`. Runs in a sync thread."""
+    authorization = request.headers.get("Authorization", "")
+    if not authorization:
+        caller = _session_caller(request, agent)
+        if caller is not None:
+            return caller
+    return authorization_caller(authorization, agent, method, uri=request.build_absolute_uri())
+
+
+def authorization_caller(authorization: str, agent: Agent, method: str, *, uri: str) -> Caller:
+    """The Caller from an `Authorization` value alone: what every binding checks for a token.
+
+    The gRPC binding calls this with its `authorization` metadata (it has no
+    sessions). Runs in a sync thread when a token was sent (it is looked up).
+    """
+    if is_bearer(authorization):
         # A caller that presents a token is judged by it, on public agents too.
-        return _token_caller(request, agent, method)
-    if request.headers.get("Authorization"):
+        return _token_caller(authorization, uri, agent, method)
+    if authorization:
         raise CallerUnauthenticated("Only 'Authorization: Bearer <token>' is accepted")
-    caller = _session_caller(request, agent)
-    if caller is not None:
-        return caller
     if agent.is_public:
         return Caller(tenant=agent.tenant, agent=agent)
     raise CallerUnauthenticated()

@@ -1,5 +1,6 @@
 """A2A errors in the shapes each binding sends them."""
 
+import json
 import math
 
 from a2a.utils.error_handlers import A2A_DOMAIN, ERROR_INFO_TYPE, build_error_details
@@ -8,8 +9,12 @@ from a2a.utils.errors import (
     A2A_ERROR_REASONS,
     JSON_RPC_ERROR_CODE_MAP,
     A2AError,
+    ErrorMapping,
     InternalError,
+    InvalidParamsError,
 )
+from a2a.utils.proto_utils import validation_errors_to_bad_request
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 # Seconds a client is told to wait before retrying when the store is unavailable.
 RETRY_AFTER_SECONDS = 5
@@ -108,3 +113,49 @@ def rest_error(error: A2AError) -> tuple[int, dict]:
             "details": build_error_details(error),
         }
     }
+
+
+def _mapping(error: A2AError) -> ErrorMapping:
+    """The spec's codes for an error, through its class's bases (StoreUnavailable is an InternalError)."""
+    for cls in type(error).__mro__:
+        if cls in A2A_ERROR_MAPPING:
+            return A2A_ERROR_MAPPING[cls]
+    return A2A_ERROR_MAPPING[InternalError]
+
+
+def grpc_status(error: A2AError) -> status_pb2.Status:
+    """The google.rpc.Status of the gRPC binding: the spec's code, the message, an ErrorInfo detail.
+
+    ErrorInfo.metadata holds strings only: other values of the error's data go as JSON.
+    An InvalidParams with field errors also carries a google.rpc.BadRequest, as in the SDK.
+    """
+    if isinstance(error, QuotaExceeded):
+        return _quota_grpc_status(error)
+    mapping = _mapping(error)
+    code = "UNAVAILABLE" if isinstance(error, StoreUnavailable) else mapping.grpc_status
+    data = error.data if isinstance(error.data, dict) else {}
+    info = error_details_pb2.ErrorInfo(
+        reason=mapping.reason,
+        domain=A2A_DOMAIN,
+        metadata={k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()},
+    )
+    status = status_pb2.Status(code=code_pb2.Code.Value(code), message=error.message)
+    status.details.add().Pack(info)
+    if isinstance(error, InvalidParamsError) and data.get("errors"):
+        status.details.add().Pack(validation_errors_to_bad_request(data["errors"]))
+    return status
+
+
+def _quota_grpc_status(error: QuotaExceeded) -> status_pb2.Status:
+    """RESOURCE_EXHAUSTED with the refusal's ErrorInfo and a RetryInfo, as over REST."""
+    status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=error.message)
+    info = error_details_pb2.ErrorInfo(
+        reason=error.reason,
+        domain=A2A_DOMAIN,
+        metadata={"retryAfter": str(error.retry_after), "limit": str(error.limit)},
+    )
+    status.details.add().Pack(info)
+    retry = error_details_pb2.RetryInfo()
+    retry.retry_delay.seconds = error.retry_after
+    status.details.add().Pack(retry)
+    return status

@@ -32,7 +32,11 @@ def payload_too_large_message() -> str:
 
 
 def check_version_1(request) -> None:
-    sent = requested_version(request)
+    check_version_value_1(requested_version(request))
+
+
+def check_version_value_1(sent: str) -> None:
+    """The A2A version a request names (HTTP header or gRPC `a2a-version` metadata) must be 1.x."""
     version = sent or "0.3"
     if version.split(".")[0] != "1":
         hint = "" if sent else " (no A2A-Version header means 0.3)"

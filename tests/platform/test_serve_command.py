@@ -17,7 +17,8 @@ from tests.live import ROOT, database_env, free_port
 def _serve(var_dir, port: int, database: dict | None = None) -> subprocess.Popen:
     """`manage.py serve` on its embedded default, or on `database` (a database_env()) without Redis."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH"}}
-    env.update(database or {}, A2A_VAR_DIR=str(var_dir))
+    # The gRPC binding's second port: a free one, so that parallel runs do not collide on 50051.
+    env.update(database or {}, A2A_VAR_DIR=str(var_dir), A2A_GRPC_PORT=str(free_port()))
     return subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port)],
         cwd=ROOT,
@@ -98,6 +99,8 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
             "  (card: .well-known/agent-card.json)", ".well-known/agent-card.json"
         )
         assert re.search(r"password: \S+", banner)
+        # The gRPC binding's second port, as the cards name it.
+        assert re.search(r"  gRPC: +127\.0\.0\.1:\d+ ", banner), banner
         curl = next(line.strip() for line in banner.splitlines() if line.strip().startswith("curl "))
         answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60).stdout
         assert '"state": "TASK_STATE_COMPLETED"' in answer

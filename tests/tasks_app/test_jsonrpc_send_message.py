@@ -141,6 +141,13 @@ def test_agent_card_names_the_host_and_port_it_was_fetched_from(server):
             "tenant": "demo",
         },
         {"url": server.agent_url("echo"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        # One gRPC server for every agent: the tenant field names the agent.
+        {
+            "url": server.grpc_target,
+            "protocolBinding": "GRPC",
+            "protocolVersion": "1.0",
+            "tenant": "demo/echo",
+        },
     ]
     # What 0.3 clients read.
     assert card["url"] == server.agent_url("echo") and card["protocolVersion"] == "0.3"

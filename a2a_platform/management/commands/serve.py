@@ -77,8 +77,15 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-seed", action="store_true", help="Do not create the demo tenant")
+        parser.add_argument(
+            "--grpc-port",
+            type=int,
+            default=settings.A2A_GRPC_PORT,
+            help="Port of the gRPC binding on the embedded default (0: any free port)",
+        )
+        parser.add_argument("--no-grpc", action="store_true", help="Do not serve the gRPC binding")
 
-    def handle(self, *args, host, port, no_seed, **options):
+    def handle(self, *args, host, port, no_seed, grpc_port, no_grpc, **options):
         # `kill -USR1 <pid>` prints every thread's stack: a stuck turn shows where it waits.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         call_command("migrate", interactive=False, verbosity=0)
@@ -86,7 +93,10 @@ class Command(BaseCommand):
         admin_password = seeded.admin_password if seeded else None
         if settings.EMBEDDED_WORKER:
             start_embedded_worker()
-        self._print_banner(host, port, admin_password, seeded=not no_seed)
+        grpc_url = None
+        if settings.EMBEDDED_WORKER and not no_grpc:
+            grpc_url = self._start_grpc(host, port, grpc_port)
+        self._print_banner(host, port, admin_password, seeded=not no_seed, grpc_url=grpc_url)
         if seeded:
             self._print_credentials(host, port, seeded)
 
@@ -102,7 +112,21 @@ class Command(BaseCommand):
             verbosity=0,
         ).run()
 
-    def _print_banner(self, host: str, port: int, admin_password: str | None, seeded: bool) -> None:
+    def _start_grpc(self, host: str, port: int, grpc_port: int) -> str:
+        """The gRPC binding on a second port (services mode runs `manage.py grpcserve` instead)."""
+        from a2a_platform.management.commands.grpcserve import start_grpc_thread
+
+        shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        base = settings.PUBLIC_BASE_URL or f"http://{shown_host}:{port}"
+        bound = start_grpc_thread(host, grpc_port, base)
+        if not settings.A2A_GRPC_PUBLIC_URL:
+            # The cards this process serves name the port it really listens on.
+            settings.A2A_GRPC_PUBLIC_URL = f"{shown_host}:{bound}"
+        return settings.A2A_GRPC_PUBLIC_URL
+
+    def _print_banner(
+        self, host: str, port: int, admin_password: str | None, seeded: bool, grpc_url: str | None = None
+    ) -> None:
         shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         base = settings.PUBLIC_BASE_URL or f"http://{shown_host}:{port}"
         embedded = settings.EMBEDDED_WORKER and connection.vendor == "sqlite"
@@ -112,6 +136,8 @@ class Command(BaseCommand):
         out.write(f"  Workers:     {worker_description()}")
         out.write(f"  Health:      {base}/healthz  {base}/readyz")
         out.write(f"  Console:     {base}/console/  (operators: queues, tasks, agents)")
+        if grpc_url:
+            out.write(f"  gRPC:        {grpc_url}  (lf.a2a.v1.A2AService; tenant field '<tenant>/<agent>')")
         out.write(f"  Admin:       {base}/admin/")
         if seeded:
             for line in admin_lines(admin_password):

@@ -1,0 +1,229 @@
+"""The gRPC binding: lf.a2a.v1.A2AService on a port of its own, for every agent of every tenant.
+
+The request's `tenant` field addresses the agent as "<tenant>/<agent>" (the card's
+GRPC interface carries exactly that, agents.cards.grpc_tenant); the bearer token
+travels in the `authorization` metadata and the A2A version in `a2a-version`.
+Each rpc runs the preamble the HTTP bindings run (agent, version, caller) and the
+same operation (operations.py), and turns its ProtoJSON answer back into the
+proto. Errors are a google.rpc.Status with an ErrorInfo detail in the
+`grpc-status-details-bin` trailer, with the status codes the spec maps them to.
+"""
+
+import logging
+
+import grpc
+from a2a.types import a2a_pb2 as pb
+from a2a.types import a2a_pb2_grpc
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, MethodNotFoundError
+from a2a.utils.grpc_status import status_to_grpc
+from a2a.utils.proto_utils import validate_proto_required_fields
+from django.conf import settings
+from google.protobuf import empty_pb2
+from google.protobuf.json_format import ParseDict
+from google.rpc import code_pb2, status_pb2
+
+from agents.cards import agent_url
+from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.events import HEARTBEAT
+from tasks_app.protocol import operations
+from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
+from tasks_app.protocol.errors import StoreUnavailable, grpc_status
+from tasks_app.protocol.http import CALLER_REFUSED, check_version_value_1, find_agent
+from tasks_app.protocol.validation import check_request
+from tasks_app.quotas import quota_admit
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["A2AService"].full_name
+# What each unary rpc answers; the streaming ones answer StreamResponse.
+RESPONSE_TYPES = {
+    "SendMessage": pb.SendMessageResponse,
+    "GetTask": pb.Task,
+    "CancelTask": pb.Task,
+    "ListTasks": pb.ListTasksResponse,
+    "CreateTaskPushNotificationConfig": pb.TaskPushNotificationConfig,
+    "GetTaskPushNotificationConfig": pb.TaskPushNotificationConfig,
+    "ListTaskPushNotificationConfigs": pb.ListTaskPushNotificationConfigsResponse,
+    "DeleteTaskPushNotificationConfig": empty_pb2.Empty,
+    "GetExtendedAgentCard": pb.AgentCard,
+}
+ADDRESS_HINT = "the tenant field must name the agent as '<tenant>/<agent>', as its card's GRPC interface says"
+
+
+def _metadata(context) -> dict[str, str]:
+    """The request's text metadata, by lowercase key (gRPC keys are lowercase already)."""
+    return {
+        key.lower(): value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)
+    }
+
+
+def _address(tenant: str) -> tuple[str, str]:
+    tenant_slug, _, agent_slug = tenant.partition("/")
+    if not tenant_slug or not agent_slug:
+        raise InvalidParamsError(message=f"Invalid params: {ADDRESS_HINT}")
+    return tenant_slug, agent_slug
+
+
+def _peer_address(context) -> str:
+    """The caller's address from gRPC's peer string ('ipv4:127.0.0.1:5555', 'ipv6:[::1]:5555')."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1 : rest.find("]")]
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return ""
+
+
+class Refused(Exception):
+    """The caller may not call: UNAUTHENTICATED or PERMISSION_DENIED, with the HTTP bindings' challenge.
+
+    Not A2A errors, so no ErrorInfo in the A2A domain: the code says it all. The
+    Bearer challenge goes in the `www-authenticate` trailer.
+    """
+
+    def __init__(self, exc: Exception, agent):
+        super().__init__(exc.message)
+        if isinstance(exc, CallerUnauthenticated):
+            self.status = status_pb2.Status(code=code_pb2.UNAUTHENTICATED, message=exc.message)
+            challenge = www_authenticate(agent, exc.error)
+        else:
+            self.status = status_pb2.Status(code=code_pb2.PERMISSION_DENIED, message=exc.message)
+            challenge = www_authenticate(agent, "insufficient_scope")
+        self.trailer = (("www-authenticate", challenge),)
+
+
+class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
+    """The A2AService of the generated stubs, on the platform's operations.
+
+    `base_url` is the HTTP base the extended card's URLs are built on (PUBLIC_BASE_URL,
+    or the address of the web process next to this one).
+    """
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+
+    async def _call(self, method: str, request, context) -> operations.Call:
+        """The preamble: checked request, agent, version, caller. Sets request.tenant to the tenant's slug."""
+        validate_proto_required_fields(request)
+        check_request(request)
+        tenant_slug, agent_slug = _address(request.tenant)
+        agent = await find_agent(tenant_slug, agent_slug)
+        if agent is None:
+            # Missing, disabled, or another tenant's: the same answer, which tells nothing.
+            raise MethodNotFoundError(message=f"No agent at tenant '{request.tenant}'")
+        metadata = _metadata(context)
+        check_version_value_1(metadata.get("a2a-version", "").strip())
+        # The operations check `tenant` against the caller's tenant, as on the HTTP bindings.
+        request.tenant = tenant_slug
+        authorization = metadata.get("authorization", "")
+        uri = agent_url(agent, self.base_url)
+        try:
+            if authorization:
+                caller = await db(authorization_caller, authorization, agent, method, uri=uri)
+            else:
+                # No token: nothing to look up, so no trip to a database thread.
+                caller = authorization_caller("", agent, method, uri=uri)
+        except CALLER_REFUSED as exc:
+            raise Refused(exc, agent) from None
+        # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
+        await quota_admit(caller, method, _peer_address(context))
+        return operations.Call(caller=caller, base_url=self.base_url)
+
+    async def _unary(self, method: str, request, context):
+        try:
+            call = await self._call(method, request, context)
+            _request_type, operation, _streaming = operations.METHODS[method]
+            result = await operation(call, request)
+            return ParseDict(result, RESPONSE_TYPES[method](), ignore_unknown_fields=True)
+        except Exception as exc:
+            status, trailer = _failure(exc, method)
+        await _abort(context, status, trailer)
+
+    async def _stream(self, method: str, request, context):
+        try:
+            call = await self._call(method, request, context)
+            _request_type, operation, _streaming = operations.METHODS[method]
+            events = await operation(call, request)
+            async for item in events:
+                # gRPC keeps its connections alive with HTTP/2 pings: no keep-alive messages.
+                if item is HEARTBEAT:
+                    continue
+                _seq, payload = item
+                yield ParseDict(payload, pb.StreamResponse(), ignore_unknown_fields=True)
+            return
+        except Exception as exc:
+            status, trailer = _failure(exc, method)
+        await _abort(context, status, trailer)
+
+    async def SendMessage(self, request, context):
+        return await self._unary("SendMessage", request, context)
+
+    async def SendStreamingMessage(self, request, context):
+        async for event in self._stream("SendStreamingMessage", request, context):
+            yield event
+
+    async def GetTask(self, request, context):
+        return await self._unary("GetTask", request, context)
+
+    async def ListTasks(self, request, context):
+        return await self._unary("ListTasks", request, context)
+
+    async def CancelTask(self, request, context):
+        return await self._unary("CancelTask", request, context)
+
+    async def SubscribeToTask(self, request, context):
+        async for event in self._stream("SubscribeToTask", request, context):
+            yield event
+
+    async def CreateTaskPushNotificationConfig(self, request, context):
+        return await self._unary("CreateTaskPushNotificationConfig", request, context)
+
+    async def GetTaskPushNotificationConfig(self, request, context):
+        return await self._unary("GetTaskPushNotificationConfig", request, context)
+
+    async def ListTaskPushNotificationConfigs(self, request, context):
+        return await self._unary("ListTaskPushNotificationConfigs", request, context)
+
+    async def DeleteTaskPushNotificationConfig(self, request, context):
+        return await self._unary("DeleteTaskPushNotificationConfig", request, context)
+
+    async def GetExtendedAgentCard(self, request, context):
+        return await self._unary("GetExtendedAgentCard", request, context)
+
+
+def _failure(exc: Exception, method: str) -> tuple[status_pb2.Status, tuple]:
+    """The status that answers an rpc that raised `exc` (a cancellation, the client gone, is not caught)."""
+    if isinstance(exc, Refused):
+        return exc.status, exc.trailer
+    if isinstance(exc, A2AError):
+        return grpc_status(exc), ()
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        logger.warning("gRPC %s: the database is unavailable: %r", method, exc)
+        return grpc_status(StoreUnavailable()), ()
+    logger.exception("Unhandled error in gRPC %s", method)
+    return grpc_status(InternalError(message="Internal error")), ()
+
+
+async def _abort(context, status: status_pb2.Status, trailer: tuple) -> None:
+    """End the rpc with `status`, the rich status in the grpc-status-details-bin trailer."""
+    code, details, rich_trailer = status_to_grpc(status)
+    await context.abort(code, details, trailing_metadata=(*rich_trailer, *trailer))
+
+
+def grpc_server(base_url: str) -> grpc.aio.Server:
+    """A grpc.aio server with the A2AService and reflection (for grpcurl); the caller adds ports.
+
+    Create it on the loop that will run it. Requests up to A2A_MAX_REQUEST_BYTES, as on HTTP.
+    """
+    from grpc_reflection.v1alpha import reflection
+
+    size = settings.A2A_MAX_REQUEST_BYTES
+    options = [("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", -1)]
+    # grpc binds with SO_REUSEPORT by default: a second platform on the same port would
+    # silently take half of the connections instead of failing to start.
+    options.append(("grpc.so_reuseport", 0))
+    server = grpc.aio.server(options=options)
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AServicer(base_url), server)
+    reflection.enable_server_reflection([SERVICE_NAME, reflection.SERVICE_NAME], server)
+    return server

@@ -1,0 +1,423 @@
+"""The gRPC binding through the official a2a-sdk client (GrpcTransport), and its status errors.
+
+The session's platform serves gRPC next to HTTP: a second port of `manage.py
+serve` on the embedded default, a `manage.py grpcserve` process in services mode.
+The client finds the GRPC interface (host:port and the tenant '<tenant>/<agent>')
+on the agent's card, as any A2A client does.
+"""
+
+import asyncio
+import uuid
+
+import grpc
+import httpx
+import pytest
+from a2a.client import ClientCallContext, ClientConfig, create_client
+from a2a.client.auth import AuthInterceptor, CredentialService
+from a2a.client.errors import A2AClientError
+from a2a.helpers import get_message_text, new_text_message
+from a2a.types import a2a_pb2 as pb
+from a2a.types import a2a_pb2_grpc
+from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.grpc_status import status_from_call
+from google.rpc import error_details_pb2
+
+from agents.builtin.clarify import QUESTION
+from tests.api import tenancy
+from tests.tasks_app.webhooks import Receiver
+
+trio = tenancy.trio
+STATE = pb.TaskState
+
+
+@pytest.fixture
+def tokens(trio) -> dict[str, str]:
+    """Tokens made through the ORM here, outside the tests' event loop."""
+    return {
+        "acme": trio.token("acme"),
+        "globex": trio.token("globex"),
+        "acme-invoke-only": trio.token("acme", ["a2a:invoke"]),
+    }
+
+
+class Token(CredentialService):
+    """One bearer token for every call (the SDK's AuthInterceptor sends it as `authorization`)."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+    async def get_credentials(self, security_scheme_name, context):
+        return self.token
+
+
+async def grpc_client(url: str, *, streaming: bool = True, polling: bool = False, token: str | None = None):
+    config = ClientConfig(
+        streaming=streaming,
+        polling=polling,
+        supported_protocol_bindings=["GRPC"],
+        grpc_channel_factory=grpc.aio.insecure_channel,
+    )
+    interceptors = [AuthInterceptor(Token(token))] if token else None
+    return await create_client(url, client_config=config, interceptors=interceptors)
+
+
+def user_text(text: str, **fields) -> pb.SendMessageRequest:
+    message = new_text_message(text, role=pb.Role.ROLE_USER)
+    for name, value in fields.items():
+        setattr(message, name, value)
+    return pb.SendMessageRequest(message=message)
+
+
+async def raw_call(server, method: str, request, metadata=None):
+    """One rpc on the generated stub, with the metadata a 1.0 client sends unless told otherwise."""
+    sent = [("a2a-version", "1.0")] if metadata is None else metadata
+    async with grpc.aio.insecure_channel(server.grpc_target) as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        call = getattr(stub, method)(request, metadata=sent)
+        if method in ("SendStreamingMessage", "SubscribeToTask"):
+            return [event async for event in call]
+        return await call
+
+
+async def rpc_error(server, method: str, request, metadata=None) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await raw_call(server, method, request, metadata)
+    return caught.value
+
+
+def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo | None:
+    status = status_from_call(error)
+    assert status is not None and status.code == error.code().value[0]
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    return None
+
+
+def final_state(events: list[pb.StreamResponse]) -> int:
+    last = events[-1]
+    return last.task.status.state if last.HasField("task") else last.status_update.status.state
+
+
+def test_the_card_lists_the_grpc_interface_with_the_agents_tenant(server):
+    card = httpx.get(server.agent_url("echo") + ".well-known/agent-card.json").json()
+    grpc_interfaces = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"]
+    expected = {"url": server.grpc_target, "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    assert grpc_interfaces == [{**expected, "tenant": "demo/echo"}]
+    # JSON-RPC stays the preferred (first) interface.
+    assert card["supportedInterfaces"][0]["protocolBinding"] == "JSONRPC"
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streaming"])
+async def test_sdk_client_sends_gets_and_lists_over_grpc(server, streaming):
+    client = await grpc_client(server.agent_url("echo"), streaming=streaming)
+    try:
+        events = [event async for event in client.send_message(user_text("over grpc"))]
+        task_id = events[0].task.id
+        fetched = await client.get_task(pb.GetTaskRequest(id=task_id, history_length=1))
+        listed = await client.list_tasks(pb.ListTasksRequest(context_id=fetched.context_id))
+    finally:
+        await client.close()
+    if streaming:
+        kinds = [event.WhichOneof("payload") for event in events]
+        assert kinds[0] == "task" and "artifact_update" in kinds, kinds
+    assert final_state(events) == STATE.TASK_STATE_COMPLETED
+    assert fetched.status.state == STATE.TASK_STATE_COMPLETED
+    assert "over grpc" in fetched.artifacts[0].parts[0].text
+    assert len(fetched.history) == 1
+    assert [task.id for task in listed.tasks] == [task_id]
+    assert listed.total_size == 1 and listed.page_size == 50
+
+
+async def test_sdk_client_does_the_clarify_round_trip_over_grpc(server):
+    client = await grpc_client(server.agent_url("clarify"))
+    try:
+        first = [event async for event in client.send_message(user_text("Plan a team offsite"))]
+        task = first[0].task
+        asked = first[-1].status_update.status
+        assert asked.state == STATE.TASK_STATE_INPUT_REQUIRED
+        assert get_message_text(asked.message) == QUESTION
+        reply = user_text("Twelve people, two days", task_id=task.id, context_id=task.context_id)
+        second = [event async for event in client.send_message(reply)]
+        done = await client.get_task(pb.GetTaskRequest(id=task.id))
+    finally:
+        await client.close()
+    assert final_state(second) == STATE.TASK_STATE_COMPLETED
+    assert done.status.state == STATE.TASK_STATE_COMPLETED
+    text = done.artifacts[-1].parts[0].text
+    assert "Plan a team offsite" in text and "Twelve people, two days" in text
+
+
+async def test_sdk_client_subscribes_to_a_running_task_until_it_completes(server):
+    starter = await grpc_client(server.agent_url("progress"), streaming=False, polling=True)
+    subscriber = await grpc_client(server.agent_url("progress"))
+    try:
+        started = [event async for event in starter.send_message(user_text("subscribe to me"))]
+        task_id = started[0].task.id
+        assert started[0].task.status.state in (STATE.TASK_STATE_SUBMITTED, STATE.TASK_STATE_WORKING)
+        events = [event async for event in subscriber.subscribe(pb.SubscribeToTaskRequest(id=task_id))]
+    finally:
+        await starter.close()
+        await subscriber.close()
+    # The current Task first, then live events up to the final status.
+    assert events[0].HasField("task") and events[0].task.id == task_id
+    assert any(event.HasField("artifact_update") for event in events[1:]) or events[0].task.artifacts
+    assert final_state(events) == STATE.TASK_STATE_COMPLETED
+
+
+async def test_sdk_client_cancels_a_running_task(server):
+    client = await grpc_client(server.agent_url("progress"), streaming=False, polling=True)
+    try:
+        started = [event async for event in client.send_message(user_text("cancel me"))]
+        task_id = started[0].task.id
+        canceled = await client.cancel_task(pb.CancelTaskRequest(id=task_id))
+        for _ in range(50):
+            fetched = await client.get_task(pb.GetTaskRequest(id=task_id))
+            if fetched.status.state == STATE.TASK_STATE_CANCELED:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+    assert canceled.id == task_id
+    assert fetched.status.state == STATE.TASK_STATE_CANCELED
+    # Canceling again: the task is terminal now.
+    error = await rpc_error(server, "CancelTask", pb.CancelTaskRequest(id=task_id, tenant="demo/progress"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(error).reason == "TASK_NOT_CANCELABLE"
+
+
+async def test_sdk_client_manages_push_configs_and_the_webhook_gets_the_events(server):
+    receiver = Receiver()
+    receiver.thread.start()
+    client = await grpc_client(server.agent_url("clarify"))
+    try:
+        first = [event async for event in client.send_message(user_text("Book a room"))]
+        task = first[0].task
+        config = pb.TaskPushNotificationConfig(task_id=task.id, id="hook", url=receiver.url("/grpc-hook"))
+        config.token = "tok-grpc"
+        created = await client.create_task_push_notification_config(config)
+        got = await client.get_task_push_notification_config(
+            pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook")
+        )
+        listed = await client.list_task_push_notification_configs(
+            pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+        reply = user_text("For six", task_id=task.id, context_id=task.context_id)
+        [event async for event in client.send_message(reply)]
+        delivered = receiver.wait_for("/grpc-hook", 1)
+        await client.delete_task_push_notification_config(
+            pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook")
+        )
+        after = await client.list_task_push_notification_configs(
+            pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+    finally:
+        await client.close()
+        receiver.server.shutdown()
+        receiver.server.server_close()
+    assert (created.id, created.task_id, created.url) == ("hook", task.id, receiver.url("/grpc-hook"))
+    # The token is a secret: stored for delivery, never answered.
+    assert created.token == "" and got == created
+    assert [c.id for c in listed.configs] == ["hook"]
+    assert delivered[0]["headers"]["X-A2A-Notification-Token"] == "tok-grpc"
+    assert list(after.configs) == []
+
+
+async def test_sdk_client_gets_the_extended_card_of_an_authenticated_agent(trio, tokens):
+    url = f"{trio.base_url}/a2a/acme/vault/"
+    client = await grpc_client(url, token=tokens["acme"])
+    try:
+        card = await client.get_extended_agent_card(pb.GetExtendedAgentCardRequest())
+        sent = [event async for event in client.send_message(user_text("vault over grpc"))]
+    finally:
+        await client.close()
+    assert card.name == "Vault" and card.capabilities.extended_agent_card
+    bindings = {(i.protocol_binding, i.tenant) for i in card.supported_interfaces}
+    assert ("GRPC", "acme/vault") in bindings
+    assert any(i.url == url for i in card.supported_interfaces)
+    assert final_state(sent) == STATE.TASK_STATE_COMPLETED
+
+
+async def test_the_extended_card_of_a_public_agent_is_unsupported(server):
+    request = pb.GetExtendedAgentCardRequest(tenant="demo/echo")
+    error = await rpc_error(server, "GetExtendedAgentCard", request)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(error).reason == "UNSUPPORTED_OPERATION"
+
+
+async def test_no_token_on_an_authenticated_agent_is_unauthenticated(trio, server):
+    error = await rpc_error(server, "ListTasks", pb.ListTasksRequest(tenant="acme/vault"))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error.details().startswith("Authentication required")
+    trailer = dict(error.trailing_metadata())
+    assert trailer["www-authenticate"] == 'Bearer realm="a2a/acme/vault"'
+    # The SDK client says so too.
+    client = await grpc_client(f"{trio.base_url}/a2a/acme/vault/")
+    try:
+        with pytest.raises(A2AClientError, match="UNAUTHENTICATED"):
+            await client.list_tasks(pb.ListTasksRequest())
+    finally:
+        await client.close()
+
+
+async def test_another_tenants_token_is_an_invalid_token_and_a_missing_scope_is_denied(server, tokens):
+    request = pb.ListTasksRequest(tenant="acme/vault")
+    for token in (tokens["globex"], "not-a-token"):
+        error = await rpc_error(
+            server, "ListTasks", request, [("a2a-version", "1.0"), ("authorization", f"Bearer {token}")]
+        )
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert error.details() == "The access token is invalid, expired or revoked"
+        assert 'error="invalid_token"' in dict(error.trailing_metadata())["www-authenticate"]
+    metadata = [("a2a-version", "1.0"), ("authorization", f"Bearer {tokens['acme-invoke-only']}")]
+    error = await rpc_error(server, "ListTasks", request, metadata)
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "a2a:read" in error.details()
+
+
+async def test_it_hides_other_tenants_agents_and_tasks(trio, server, tokens):
+    acme = await grpc_client(f"{trio.base_url}/a2a/acme/vault/", token=tokens["acme"])
+    try:
+        task_id = [e async for e in acme.send_message(user_text("acme secret"))][0].task.id
+    finally:
+        await acme.close()
+    # charlie's token on his own tenant's agent, asking for acme's task: not found, like a missing one.
+    charlie = [("a2a-version", "1.0"), ("authorization", f"Bearer {tokens['globex']}")]
+    for wanted in (task_id, str(uuid.uuid4())):
+        request = pb.GetTaskRequest(id=wanted, tenant="globex/vault")
+        error = await rpc_error(server, "GetTask", request, charlie)
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert error_info(error).reason == "TASK_NOT_FOUND"
+        assert error.details() == "Task not found"
+    # An agent that does not exist, or is not in the tenant named: the same answer.
+    answers = set()
+    for tenant in ("globex/lobby", "nobody/vault"):
+        error = await rpc_error(server, "GetTask", pb.GetTaskRequest(id=task_id, tenant=tenant), charlie)
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        answers.add((error_info(error).reason, error.details().replace(tenant, "<tenant>")))
+    assert answers == {("METHOD_NOT_FOUND", "No agent at tenant '<tenant>'")}
+
+
+async def test_unknown_task_is_not_found_with_the_task_not_found_reason(server):
+    error = await rpc_error(server, "GetTask", pb.GetTaskRequest(id=str(uuid.uuid4()), tenant="demo/echo"))
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    info = error_info(error)
+    assert (info.reason, info.domain) == ("TASK_NOT_FOUND", "a2a-protocol.org")
+    client = await grpc_client(server.agent_url("echo"))
+    try:
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(pb.GetTaskRequest(id=str(uuid.uuid4())))
+        with pytest.raises(TaskNotFoundError):
+            [e async for e in client.subscribe(pb.SubscribeToTaskRequest(id=str(uuid.uuid4())))]
+    finally:
+        await client.close()
+
+
+async def test_bad_requests_get_their_status_codes(server):
+    message = pb.Message(message_id="m-1", role=pb.Role.ROLE_USER, parts=[pb.Part(text="hi")])
+    no_version = await rpc_error(
+        server, "SendMessage", pb.SendMessageRequest(message=message, tenant="demo/echo"), metadata=[]
+    )
+    assert no_version.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(no_version).reason == "VERSION_NOT_SUPPORTED"
+
+    request = pb.SendMessageRequest(message=message, tenant="demo")
+    unaddressed = await rpc_error(server, "SendMessage", request)
+    assert unaddressed.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'<tenant>/<agent>'" in unaddressed.details()
+
+    empty_part = pb.Message(message_id="m-2", role=pb.Role.ROLE_USER, parts=[pb.Part()])
+    invalid = await rpc_error(
+        server, "SendStreamingMessage", pb.SendMessageRequest(message=empty_part, tenant="demo/echo")
+    )
+    assert invalid.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(invalid).reason == "INVALID_PARAMS"
+    assert "has no content" in invalid.details()
+
+    nul = pb.Message(message_id="m-\x003", role=pb.Role.ROLE_USER, parts=[pb.Part(text="hi")])
+    refused = await rpc_error(server, "SendMessage", pb.SendMessageRequest(message=nul, tenant="demo/echo"))
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "NUL" in refused.details()
+
+    page = await rpc_error(server, "ListTasks", pb.ListTasksRequest(tenant="demo/echo", page_size=500))
+    assert page.code() == grpc.StatusCode.INVALID_ARGUMENT and "pageSize" in page.details()
+
+
+async def test_a_message_to_a_terminal_task_is_unsupported(server):
+    client = await grpc_client(server.agent_url("echo"), streaming=False)
+    try:
+        task = [e async for e in client.send_message(user_text("done soon"))][0].task
+    finally:
+        await client.close()
+    again = user_text("more", task_id=task.id, context_id=task.context_id)
+    again.tenant = "demo/echo"
+    error = await rpc_error(server, "SendMessage", again)
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(error).reason == "UNSUPPORTED_OPERATION"
+
+
+async def test_a_deadline_on_a_stream_leaves_the_task_running(server):
+    """A client that goes away (here: its deadline) ends its stream only; the task completes."""
+    client = await grpc_client(server.agent_url("progress"))
+    try:
+        with pytest.raises(A2AClientError):
+            events = client.send_message(user_text("keep going"), context=ClientCallContext(timeout=0.8))
+            task_id = None
+            async for event in events:
+                task_id = task_id or event.task.id
+        assert task_id
+        for _ in range(100):
+            fetched = await client.get_task(pb.GetTaskRequest(id=task_id))
+            if fetched.status.state == STATE.TASK_STATE_COMPLETED:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+    assert fetched.status.state == STATE.TASK_STATE_COMPLETED
+
+
+async def test_a_message_with_an_unknown_role_number_is_invalid(server):
+    # Binary protobuf carries enum numbers the ProtoJSON bindings never see.
+    message = pb.Message(message_id=f"m-{uuid.uuid4()}", role=99, parts=[pb.Part(text="hi")])
+    error = await rpc_error(server, "SendMessage", pb.SendMessageRequest(message=message, tenant="demo/echo"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ROLE_USER" in error.details()
+
+
+def test_a_second_server_on_a_taken_grpc_port_fails_to_start(server):
+    from django.core.management.base import CommandError
+
+    from a2a_platform.management.commands.grpcserve import start_grpc_thread
+
+    host, port = server.grpc_target.split(":")
+    with pytest.raises(CommandError, match="cannot listen"):
+        start_grpc_thread(host, int(port), server.base_url)
+
+
+@pytest.fixture
+def rate_limited(stored):
+    """A tenant of its own allowing one request a minute, made outside the tests' event loop."""
+    from tests.tasks_app.test_quotas import fresh_minute, make_tenant
+
+    tenant = make_tenant(rate_limit_per_minute=1)
+    fresh_minute()
+    return tenant
+
+
+async def test_a_quota_refusal_is_resource_exhausted_with_the_retry_time(server, rate_limited):
+    def send() -> pb.SendMessageRequest:
+        request = user_text("hi", message_id=str(uuid.uuid4()))
+        request.tenant = f"{rate_limited.slug}/open"
+        return request
+
+    answer = await raw_call(server, "SendMessage", send())
+    assert answer.task.status.state == STATE.TASK_STATE_COMPLETED
+    error = await rpc_error(server, "SendMessage", send())
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "at most 1 request" in error.details()
+    info = error_info(error)
+    assert info is not None and info.reason == "RATE_LIMIT_EXCEEDED" and info.metadata["limit"] == "1"
+    retry = error_details_pb2.RetryInfo()
+    assert [d.Unpack(retry) for d in status_from_call(error).details if d.Is(retry.DESCRIPTOR)] == [True]
+    assert 1 <= retry.retry_delay.seconds <= 60

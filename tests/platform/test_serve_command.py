@@ -31,7 +31,7 @@ def _serve(var_dir, port: int, database: dict | None = None) -> subprocess.Popen
 
 def _banner(process: subprocess.Popen) -> str:
     lines = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:

@@ -17,7 +17,7 @@ from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse
 
-from tasks_app.protocol.errors import jsonrpc_http_status, unavailable_headers
+from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_http_status, unavailable_headers
 from tasks_app.protocol.http import CALLER_REFUSED, refusal
 from tasks_app.protocol.legacy import draft, v03
 from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
@@ -53,9 +53,11 @@ async def dispatch(request, body: dict, agent, request_id) -> JsonResponse:
     except CALLER_REFUSED as exc:
         status, error, challenge = refusal(exc, agent)
         return ex.error(error, status, challenge)
-    except A2AError as error:
+    except QuotaExceeded as error:
         # A quota refusal is 429 with Retry-After here too; other errors travel with 200.
-        return ex.error(error, jsonrpc_http_status(error), unavailable_headers(error) or None)
+        return ex.error(error, jsonrpc_http_status(error), unavailable_headers(error))
+    except A2AError as error:
+        return ex.error(error)
     except Exception:
         logger.exception("Unhandled error in legacy JSON-RPC request %r (%s)", request_id, method)
         return ex.error(InternalError(message="Internal error"))

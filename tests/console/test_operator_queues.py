@@ -34,7 +34,7 @@ def _wait_for_row(page, caller: StreamingCaller):
     return row, took
 
 
-def test_an_admin_registers_clarify_and_an_operator_answers_it_live(server, sign_in):
+def test_an_admin_registers_clarify_and_an_operator_answers_it_live(server, sign_in, no_console_errors):
     alice = sign_in("alice")
     slug = f"clarify-{uuid.uuid4().hex[:6]}"
     alice.get_by_role("link", name="Agents", exact=True).click()
@@ -88,7 +88,7 @@ def test_an_admin_registers_clarify_and_an_operator_answers_it_live(server, sign
     ],
 )
 def test_an_operator_decides_an_approval_from_the_auth_queue(
-    server, sign_in, acme_agent, decision, word, shown, final
+    server, sign_in, acme_agent, no_console_errors, decision, word, shown, final
 ):
     slug = acme_agent("approval", "approval")
     bob = sign_in("bob")
@@ -115,7 +115,9 @@ def test_an_operator_decides_an_approval_from_the_auth_queue(
         assert "Approved by bob" in "\n".join(caller.artifact_texts)
 
 
-def test_the_queue_shows_tasks_oldest_first_with_their_waiting_time(server, sign_in, acme_agent, rpc):
+def test_the_queue_shows_tasks_oldest_first_with_their_waiting_time(
+    server, sign_in, acme_agent, rpc, no_console_errors
+):
     from tests.conftest import user_message
 
     slug = acme_agent("clarify", "clarify")

@@ -4,6 +4,7 @@ The platform keeps a durable record of the exchange (a task row marked
 Task.Reply.MESSAGE) that the console shows under its context and no A2A caller sees.
 """
 
+import time
 import uuid
 
 import httpx
@@ -119,6 +120,7 @@ def test_return_immediately_answers_with_the_task_the_reply_then_completes(rpc, 
         fetched = rpc("GetTask", {"id": task["id"]}, agent=replier)["result"]
         if fetched["status"]["state"] == "TASK_STATE_COMPLETED":
             break
+        time.sleep(0.05)
     assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
     assert fetched["status"]["message"]["parts"] == [{"text": "You said: later"}]
 

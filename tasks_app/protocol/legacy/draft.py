@@ -68,6 +68,9 @@ async def _send(ex: Exchange, streaming: bool):
     send = parse_send(ex.params)
     method = "SendStreamingMessage" if streaming else "SendMessage"
     call = await ex.call(method)
+    # A draft client names its task itself (its retry is the same id), and its
+    # messageIds are made up here per request: an Idempotency-Key cannot apply.
+    call.idempotency_key = ""
     task = await sync_to_async(find_task)(call.caller, send.task_id)
     options = {}
     if task is not None:

@@ -102,8 +102,8 @@ def message_send(
         if idempotency_key:
             previous = _key_claim(caller, idempotency_key, body_hash, task)
             if previous is not None:
-                # A retry: nothing of this request is stored (the savepoint of the
-                # key is released, but the new task was never saved).
+                # A retry: roll back what this request made (a new context, say);
+                # its task was never saved and no turn is dispatched.
                 transaction.set_rollback(True)
                 return SendOutcome(task=previous, seq_before=0, duplicate=True)
         if message.task_id:

@@ -217,6 +217,8 @@ CELERY_BEAT_SCHEDULE = {
 # --- Task engine ----------------------------------------------------------------
 # How long a blocking SendMessage waits for a terminal or interrupted state.
 A2A_BLOCKING_TIMEOUT = env_float("A2A_BLOCKING_TIMEOUT", 60.0)
+# Seconds an Idempotency-Key is remembered (the IETF httpapi draft suggests 24 h).
+A2A_IDEMPOTENCY_TTL = env_float("A2A_IDEMPOTENCY_TTL", 24 * 3600.0)
 # Comment lines sent on idle SSE streams so proxies keep them open.
 A2A_SSE_HEARTBEAT = env_float("A2A_SSE_HEARTBEAT", 15.0)
 # A running turn holds a lease it renews every A2A_TURN_HEARTBEAT seconds; a

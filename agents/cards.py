@@ -15,6 +15,26 @@ OAUTH_SCHEME = "oauth2"
 OAUTH_INTERACTIVE_SCHEME = "oauth2-interactive"
 # Skills marked this way in Agent.skills appear only on the extended card.
 EXTENDED_ONLY = "extendedOnly"
+# Safe retries of SendMessage (tasks_app/services.py message_send), declared as an extension.
+IDEMPOTENCY_EXTENSION_URI = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/"
+
+
+def _idempotency_extension() -> dict:
+    return {
+        "uri": IDEMPOTENCY_EXTENSION_URI,
+        "description": (
+            "Send an Idempotency-Key header with SendMessage or SendStreamingMessage to retry safely: "
+            "the same key, caller, agent and request within the key's lifetime answer with the task "
+            "the first request started, and start no second turn; the same key with another request "
+            "is refused (HTTP 422, JSON-RPC -32602). A repeated messageId alone is a new message."
+        ),
+        "required": False,
+        "params": {
+            "header": "Idempotency-Key",
+            "methods": ["SendMessage", "SendStreamingMessage"],
+            "ttlSeconds": int(settings.A2A_IDEMPOTENCY_TTL),
+        },
+    }
 
 
 def public_base_url(request) -> str:
@@ -129,6 +149,7 @@ def card_dict(agent: Agent, base_url: str, *, extended: bool = False, version: s
             "pushNotifications": True,
             # Only an authenticated agent has callers who can be shown more.
             "extendedAgentCard": not agent.is_public,
+            "extensions": [_idempotency_extension()],
         },
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],

@@ -3,7 +3,9 @@
 Push notifications (tasks_app/push.py) and the a2a_proxy agent both call out
 to URLs a tenant typed in. Each resolves the host here just before the
 request and connects to the address that was checked, so a name that
-resolves to an internal address (or starts to, later) is never called.
+resolves to an internal address (or starts to, later) is never called. A
+URL stored for later (a push config) is only checked for what it says
+(url_syntax_check): its name may not resolve yet.
 """
 
 import ipaddress
@@ -57,13 +59,18 @@ def _address_problem(ip, allow_private: bool) -> str | None:
     return None
 
 
-def url_check(url: str, *, allow_private: bool) -> Target:
-    """Resolve a URL and check every address it has; answer the one to connect to.
+def _refusal(host: str, address: str, problem: str) -> UrlRefused:
+    return UrlRefused(
+        f"the host '{host}' resolves to {address}, {problem}; "
+        "push notifications (and proxied calls) are only sent to public addresses"
+    )
 
-    Raises UrlRefused for a scheme other than http/https, credentials in the
-    URL, a host that does not resolve, or any address that is loopback, private,
-    link-local, shared, multicast, reserved, unspecified or cloud metadata
-    (private ones are allowed with allow_private: the caller's setting says).
+
+def url_syntax_check(url: str, *, allow_private: bool) -> httpx.URL:
+    """Check what a URL says without resolving it: scheme, syntax, credentials, a literal address.
+
+    For URLs stored now and called later (push configs): a host that does not
+    resolve yet is accepted here, and url_check() screens it when it is called.
     """
     try:
         parsed = httpx.URL(url)
@@ -75,6 +82,25 @@ def url_check(url: str, *, allow_private: bool) -> Target:
         raise UrlRefused("the URL has no host")
     if parsed.userinfo:
         raise UrlRefused("the URL must not carry credentials; use 'authentication' instead")
+    try:
+        literal = ipaddress.ip_address(parsed.host.split("%")[0])
+    except ValueError:
+        return parsed  # a name: resolved and screened when it is called
+    problem = _address_problem(literal, allow_private)
+    if problem:
+        raise _refusal(parsed.host, parsed.host, problem)
+    return parsed
+
+
+def url_check(url: str, *, allow_private: bool) -> Target:
+    """Resolve a URL and check every address it has; answer the one to connect to.
+
+    Raises UrlRefused for a scheme other than http/https, credentials in the
+    URL, a host that does not resolve, or any address that is loopback, private,
+    link-local, shared, multicast, reserved, unspecified or cloud metadata
+    (private ones are allowed with allow_private: the caller's setting says).
+    """
+    parsed = url_syntax_check(url, allow_private=allow_private)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         infos = socket.getaddrinfo(parsed.host, port, type=socket.SOCK_STREAM)
@@ -87,8 +113,5 @@ def url_check(url: str, *, allow_private: bool) -> Target:
     for address in addresses:
         problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private)
         if problem:
-            raise UrlRefused(
-                f"the host '{parsed.host}' resolves to {address}, {problem}; "
-                "push notifications (and proxied calls) are only sent to public addresses"
-            )
+            raise _refusal(parsed.host, address, problem)
     return Target(url=parsed, address=addresses[0])

@@ -1,7 +1,8 @@
 """Access helpers: the only way to fetch a tenant's task by id.
 
 Each answers None for a task that does not exist, belongs to another tenant,
-another agent, or another caller, so callers cannot tell those cases apart.
+another agent, or another caller, so callers cannot tell those cases apart
+(get_task_for_caller also for a message exchange, Task.Reply.MESSAGE).
 get_task_for_caller serves the A2A bindings (one agent, one caller);
 get_task_for_tenant the management API and the console (the whole tenant).
 """
@@ -41,7 +42,9 @@ def parse_task_uuid(task_id: str) -> uuid.UUID | None:
 
 
 def tasks_visible_to(caller: Caller):
-    tasks = Task.objects.filter(tenant=caller.tenant, agent=caller.agent)
+    # A message exchange (the agent answered with a Message) is no task to an
+    # A2A caller: only the console shows its record.
+    tasks = Task.objects.filter(tenant=caller.tenant, agent=caller.agent).exclude(reply=Task.Reply.MESSAGE)
     if not caller.sees_all:
         tasks = tasks.filter(owner=caller.principal)
     return tasks

@@ -271,8 +271,9 @@ async def follow(
 async def wait_until_settled(task_pk, *, timeout: float | None = None) -> dict | None:
     """Wait until the task is terminal or interrupted, or the timeout passes.
 
-    Returns the settled task as its writer published it (as task_snapshot()
-    reads it with historyLength unset) when the news came live, else None.
+    Returns the answer as its writer published it when the news came live:
+    {"message": ...} for a message exchange, else {"task": ...} (as
+    task_snapshot() reads it with historyLength unset); None otherwise.
     """
     timeout = timeout if timeout is not None else settings.A2A_BLOCKING_TIMEOUT
     loop = asyncio.get_running_loop()
@@ -292,8 +293,12 @@ async def wait_until_settled(task_pk, *, timeout: float | None = None) -> dict |
             message = await feed.receive(timeout=min(remaining, 5.0))
             # Only a quiet spell (or a lost subscription) sends us back to the database.
             check_store = message is None
-            if any(closes_stream(payload) for _, payload in live_events(message)):
-                return message.get("task")
+            events = live_events(message)
+            if any(closes_stream(payload) for _, payload in events):
+                reply = next((payload for _, payload in events if "message" in payload), None)
+                if reply is not None:
+                    return reply
+                return {"task": message["task"]} if message.get("task") is not None else None
     finally:
         await feed.close()
 

@@ -30,14 +30,24 @@ INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRE
 
 
 class Context(models.Model):
+    """A conversation, scoped to the caller that started it.
+
+    Two callers that send the same contextId get a context each: a context id
+    never lets one caller join, or learn of, another caller's conversation.
+    """
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="contexts")
     # Server-generated contexts get a UUID; a client may also bring its own id.
     context_id = models.CharField(max_length=255)
+    # The principal that started it, in Task.owner's format.
+    owner = models.CharField(max_length=255, default="anonymous")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "context_id"], name="context_tenant_id_unique")
+            models.UniqueConstraint(
+                fields=["tenant", "owner", "context_id"], name="context_tenant_owner_id_unique"
+            )
         ]
 
     def __str__(self) -> str:
@@ -45,6 +55,18 @@ class Context(models.Model):
 
 
 class Task(models.Model):
+    class Reply(models.TextChoices):
+        """What a SendMessage that started the task answers with."""
+
+        # The task itself (it was shown to the caller, or the agent made it a task).
+        TASK = "task", "Task"
+        # Not shown to the caller yet: an agent that answers with a Message alone
+        # makes it a message exchange.
+        OPEN = "open", "Task, or the agent's Message"
+        # The agent answered with a Message: the row is the durable record of the
+        # exchange, shown in the console, never to the A2A caller.
+        MESSAGE = "message", "Message exchange"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks")
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tasks")
@@ -59,6 +81,7 @@ class Task(models.Model):
     owner = models.CharField(max_length=255, default="anonymous")
     # Sequence number of the last TaskEvent; the next event gets event_seq + 1.
     event_seq = models.PositiveIntegerField(default=0)
+    reply = models.CharField(max_length=10, choices=Reply.choices, default=Reply.TASK)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -80,6 +103,10 @@ class Task(models.Model):
     @property
     def is_interrupted(self) -> bool:
         return self.state in INTERRUPTED_STATES
+
+    @property
+    def is_message_exchange(self) -> bool:
+        return self.reply == Task.Reply.MESSAGE
 
 
 class DraftTaskAlias(models.Model):
@@ -143,9 +170,8 @@ class Message(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "message_id"], name="message_tenant_id_unique")
-        ]
+        # No uniqueness on message_id: a repeated id is an ordinary new message
+        # (as in the SDK); retries are made safe by IdempotencyKey instead.
         indexes = [
             models.Index(fields=["task", "created_at"], name="message_task_idx"),
             models.Index(fields=["turn", "created_at"], name="message_turn_idx"),
@@ -163,6 +189,36 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return self.message_id
+
+
+class IdempotencyKey(models.Model):
+    """An Idempotency-Key a caller sent with SendMessage, and the task that request started.
+
+    Unique per (caller, agent, key), so concurrent retries meet in the database:
+    the second insert waits for the first transaction and then fails. A record
+    older than IDEMPOTENCY_TTL is ignored, and replaced by the next use of its key.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # The caller's principal, in Task.owner's format.
+    caller = models.CharField(max_length=255)
+    key = models.CharField(max_length=255)
+    # SHA-256 of the request as parsed (deterministic protobuf serialization).
+    body_hash = models.CharField(max_length=64)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "caller", "key"], name="idempotency_agent_caller_key_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created_idx")]
+
+    def __str__(self) -> str:
+        return self.key
 
 
 class Artifact(models.Model):

@@ -9,7 +9,9 @@ returns. A failed attempt schedules the next one with exponential backoff and
 blocks the events behind it until it succeeds or is given up.
 
 Every request is made to an address that was resolved and checked just before
-(the SSRF guard, agents/outbound.py), with the original Host header and TLS server name.
+(the SSRF guard, agents/outbound.py), with the original Host header and TLS server
+name; a host that does not resolve (or resolves to a refused address) fails the
+attempt, which is retried like any other failure.
 """
 
 import base64
@@ -29,7 +31,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents.outbound import UrlRefused, url_check
+from agents.outbound import UrlRefused, url_check, url_syntax_check
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
@@ -60,7 +62,8 @@ class PushConfigInput:
 def push_config_clean(config: pb.TaskPushNotificationConfig) -> PushConfigInput:
     """Check a config from a request; InvalidParamsError says what is wrong.
 
-    Resolves the URL's host, so call it outside any transaction.
+    The URL's host is not resolved here (it may not resolve yet): delivery
+    resolves and screens it, and an address it refuses is a failed attempt.
     """
     url = config.url.strip()
     if not url:
@@ -84,7 +87,7 @@ def push_config_clean(config: pb.TaskPushNotificationConfig) -> PushConfigInput:
                 message="authentication.credentials must be up to 4096 printable ASCII characters"
             )
     try:
-        url_check(url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS)
+        url_syntax_check(url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS)
     except UrlRefused as exc:
         raise InvalidParamsError(message=f"Push notification url refused: {exc}") from None
     return PushConfigInput(

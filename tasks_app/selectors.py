@@ -17,7 +17,7 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.models import Artifact, DraftTaskAlias, Message, Task
-from tasks_app.protocol.convert import task_dict
+from tasks_app.protocol.convert import message_dict, task_dict
 from tenants.models import Application, Tenant
 
 # Messages a task read returns when the caller names no historyLength.
@@ -31,6 +31,25 @@ def task_snapshot(task_pk, *, history_length: int | None = None, include_artifac
     reading a long conversation costs the same as reading a short one.
     """
     task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
+    return _snapshot(task, history_length=history_length, include_artifacts=include_artifacts)
+
+
+def send_answer(task_pk, *, history_length: int | None = None) -> dict:
+    """What SendMessage answers for a stored task: {"message": ...} (a message exchange) or {"task": ...}."""
+    task = Task.objects.select_related("context", "status_message").get(pk=task_pk)
+    if task.is_message_exchange and task.status_message is not None:
+        return {"message": reply_dict(task)}
+    return {"task": _snapshot(task, history_length=history_length)}
+
+
+def reply_dict(task: Task) -> dict:
+    """The agent's Message that answered a message exchange, as it was streamed (naming no task)."""
+    reply = message_dict(task.status_message, task.context.context_id)
+    reply.pop("taskId", None)
+    return reply
+
+
+def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
     messages = []

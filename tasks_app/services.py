@@ -5,9 +5,11 @@ input never leaves anything behind; work for the worker is enqueued only after
 the transaction commits.
 """
 
+import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
@@ -16,6 +18,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -23,7 +26,7 @@ from agents.approvals import requested_decision
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
-from tasks_app.models import Context, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
@@ -49,20 +52,37 @@ class SendOutcome:
         return task_dict(self.task)
 
 
+class IdempotencyKeyReused(InvalidParamsError):
+    """An Idempotency-Key sent again with a different request (HTTP 422, JSON-RPC -32602)."""
+
+
 def message_send(
-    caller: Caller, request: pb.SendMessageRequest, *, decision: str | None = None
+    caller: Caller,
+    request: pb.SendMessageRequest,
+    *,
+    idempotency_key: str = "",
+    reply_as_message: bool = True,
+    decision: str | None = None,
 ) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
-    A message without taskId creates a task (in its contextId, or a new
-    context); one with taskId continues an interrupted task. A messageId that
-    was already accepted on this agent answers with the task it started, which
-    makes retries safe.
+    A message without taskId creates a task (in the caller's context with that
+    contextId, or a new context); one with taskId continues an interrupted
+    task. A messageId carries no meaning here: a repeated one is a new message.
+
+    An idempotency_key (the Idempotency-Key header) makes a retry safe: the
+    same key from the same caller to the same agent with the same request
+    within A2A_IDEMPOTENCY_TTL answers with the task the first request started,
+    and starts no second turn; with another request it is IdempotencyKeyReused.
+
+    reply_as_message: the caller will not see the task before the agent's
+    first word (a blocking call or a stream), so an agent that answers with a
+    Message alone makes it a message exchange (Task.Reply.MESSAGE).
 
     One transaction stores everything (context, task, message, the first log
-    entry); the turn is dispatched and the entry published after it commits,
-    and a failure there is only logged: the task is accepted, the sweeper
-    dispatches it again.
+    entry, the key); the turn is dispatched and the entry published after it
+    commits, and a failure there is only logged: the task is accepted, the
+    sweeper dispatches it again.
 
     A message to an auth-required task from an approver who is not its
     requester carries that approver's decision to the agent (`_approval`);
@@ -72,53 +92,105 @@ def message_send(
     message = request.message
     if message.role != pb.ROLE_USER:
         raise InvalidParamsError(message="message.role must be ROLE_USER")
-    # An inline push config is checked before anything is stored; its URL check
-    # resolves DNS, which must not happen inside the transaction.
     push_config = None
     if request.configuration.HasField("task_push_notification_config"):
         push_config = push_config_clean(request.configuration.task_push_notification_config)
+    body_hash = (
+        hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
+    )
     with transaction.atomic():
-        # No ordering: the unique (tenant, message_id) index answers at once.
-        previous = next(
-            iter(
-                Message.objects.filter(tenant=caller.tenant, message_id=message.message_id).select_related(
-                    "task__context", "task__status_message"
-                )[:1]
-            ),
-            None,
-        )
-        if previous is not None:
-            return _resend_outcome(caller, previous)
         if message.task_id:
-            task, seq_before = _continue_task(caller, message, push_config, decision)
+            task = _task_to_continue(caller, message)
         else:
-            task = _create_task(caller, message, push_config)
+            reply = Task.Reply.TASK
+            if reply_as_message and not request.configuration.return_immediately:
+                reply = Task.Reply.OPEN
+            task = _new_task(caller, message, reply)
+        if idempotency_key:
+            previous = _key_claim(caller, idempotency_key, body_hash, task)
+            if previous is not None:
+                # A retry: roll back what this request made (a new context, say);
+                # its task was never saved and no turn is dispatched.
+                transaction.set_rollback(True)
+                return SendOutcome(task=previous, seq_before=0, duplicate=True)
+        if message.task_id:
+            seq_before = _continue_task(caller, task, message, push_config, decision)
+        else:
+            _create_task(caller, task, message, push_config)
             seq_before = 0
     return SendOutcome(task=task, seq_before=seq_before)
 
 
-def _resend_outcome(caller: Caller, previous: Message) -> SendOutcome:
-    task = previous.task
-    if task is None or task.agent_id != caller.agent.id or previous.sender != caller.principal:
-        raise InvalidParamsError(message=f"messageId '{previous.message_id}' was already used")
-    return SendOutcome(task=task, seq_before=0, duplicate=True)
+def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | None:
+    """Record that `key` started `task`; or answer the task an earlier use of the key started.
+
+    The insert comes first: a concurrent request with the same key waits on the
+    unique index until this transaction ends, then finds this record. A task's
+    row need not exist yet (the foreign key is checked at commit).
+    """
+    now = timezone.now()
+    fields = {"tenant": caller.tenant, "agent": caller.agent, "caller": caller.principal, "key": key}
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                IdempotencyKey.objects.create(**fields, body_hash=body_hash, task_id=task.pk, created_at=now)
+            return None
+        except IntegrityError:
+            pass
+        found = (
+            IdempotencyKey.objects.filter(agent=caller.agent, caller=caller.principal, key=key)
+            .select_related("task__context", "task__status_message")
+            .first()
+        )
+        if found is None:
+            continue  # removed meanwhile (it had expired): try again
+        if found.created_at <= now - timedelta(seconds=settings.A2A_IDEMPOTENCY_TTL):
+            found.delete()  # expired: the key is free again (lazy cleanup)
+            continue
+        if found.body_hash != body_hash:
+            raise IdempotencyKeyReused(
+                message=f"Idempotency-Key '{key}' was already used with a different request; "
+                "send a new key with a new request"
+            )
+        return found.task
+    raise IdempotencyKeyReused(message=f"Idempotency-Key '{key}' is in use by a concurrent request; retry")
 
 
-def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInput | None = None) -> Task:
+def _new_task(caller: Caller, message: pb.Message, reply: str) -> Task:
+    """The task a message without taskId starts: not saved yet, its context found or made."""
     if message.context_id:
-        context, _ = Context.objects.get_or_create(tenant=caller.tenant, context_id=message.context_id)
+        # The caller's own context of that id: another caller's is never joined.
+        context, _ = Context.objects.get_or_create(
+            tenant=caller.tenant, owner=caller.principal, context_id=message.context_id
+        )
     else:
-        context = Context.objects.create(tenant=caller.tenant, context_id=str(uuid.uuid4()))
-    task = Task(
+        context = Context.objects.create(
+            tenant=caller.tenant, owner=caller.principal, context_id=str(uuid.uuid4())
+        )
+    return Task(
+        id=uuid.uuid4(),
         tenant=caller.tenant,
         agent=caller.agent,
         context=context,
         state=TaskState.SUBMITTED,
         status_timestamp=timezone.now(),
         owner=caller.principal,
+        reply=reply,
         # The log starts with the Task itself (appended below).
         event_seq=1,
     )
+
+
+def _task_to_continue(caller: Caller, message: pb.Message) -> Task:
+    task = get_task_for_caller(caller, message.task_id, for_update=True)
+    if task is None:
+        raise TaskNotFoundError(message=f"Task {message.task_id} not found")
+    return task
+
+
+def _create_task(
+    caller: Caller, task: Task, message: pb.Message, push_config: PushConfigInput | None
+) -> None:
     task.save(force_insert=True)
     user_message = _store_user_message(caller, task, message)
     task.event_seq = 0
@@ -128,18 +200,15 @@ def _create_task(caller: Caller, message: pb.Message, push_config: PushConfigInp
         push_config_save(task, push_config)
         push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
-    return task
 
 
 def _continue_task(
     caller: Caller,
+    task: Task,
     message: pb.Message,
-    push_config: PushConfigInput | None = None,
+    push_config: PushConfigInput | None,
     decision: str | None = None,
-) -> tuple[Task, int]:
-    task = get_task_for_caller(caller, message.task_id, for_update=True)
-    if task is None:
-        raise TaskNotFoundError(message=f"Task {message.task_id} not found")
+) -> int:
     if message.context_id and message.context_id != task.context.context_id:
         raise InvalidParamsError(message="contextId does not match the task's context")
     if task.is_terminal:
@@ -164,7 +233,7 @@ def _continue_task(
     task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
     push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
-    return task, seq_before
+    return seq_before
 
 
 def _approval(caller: Caller, task: Task, message: pb.Message, decision: str | None) -> dict | None:
@@ -186,26 +255,21 @@ def _store_user_message(
     caller: Caller, task: Task, message: pb.Message, approval: dict | None = None
 ) -> Message:
     data = proto_to_dict(message)
-    try:
-        # No savepoint: a clash aborts the whole transaction, and nothing of it is kept.
-        return Message.objects.create(
-            tenant=caller.tenant,
-            task=task,
-            context=task.context,
-            message_id=message.message_id,
-            role=Message.Role.USER,
-            parts=data.get("parts", []),
-            metadata=data.get("metadata", {}),
-            extensions=data.get("extensions", []),
-            reference_task_ids=list(message.reference_task_ids),
-            turn=Message.Turn.PENDING,
-            dispatched_at=timezone.now(),
-            sender=caller.principal,
-            approval=approval,
-        )
-    except IntegrityError:
-        # Two requests raced with the same messageId; the other one won.
-        raise InvalidParamsError(message=f"messageId '{message.message_id}' was already used") from None
+    return Message.objects.create(
+        tenant=caller.tenant,
+        task=task,
+        context=task.context,
+        message_id=message.message_id,
+        role=Message.Role.USER,
+        parts=data.get("parts", []),
+        metadata=data.get("metadata", {}),
+        extensions=data.get("extensions", []),
+        reference_task_ids=list(message.reference_task_ids),
+        turn=Message.Turn.PENDING,
+        dispatched_at=timezone.now(),
+        sender=caller.principal,
+        approval=approval,
+    )
 
 
 def _dispatch_after_commit(task: Task, message: Message) -> None:

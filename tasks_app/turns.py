@@ -580,8 +580,10 @@ class _BatchWriter:
         elif isinstance(event, pb.TaskArtifactUpdateEvent):
             self._check_task_id(event.task_id)
             self._artifact(event)
+        elif isinstance(event, pb.Message) and self._answers_as_message():
+            self._message_reply(event)
         elif isinstance(event, pb.Message):
-            # A direct reply: the task it answers is done, the reply is its final word.
+            # A reply to a task the caller knows: the task is done, the reply is its final word.
             self._status(pb.TaskStatus(state=pb.TASK_STATE_COMPLETED, message=event), None)
         elif isinstance(event, pb.Task):
             self._check_task_id(event.id)
@@ -591,6 +593,29 @@ class _BatchWriter:
                 self._status(event.status, None)
         else:
             raise InvalidAgentResponseError(message=f"Unknown event type {type(event).__name__}")
+
+    def _answers_as_message(self) -> bool:
+        """Whether a Message is the agent's first word on a task the caller has not seen.
+
+        The log then holds only the Task the accept wrote (streams hold it back
+        until the agent's first event), so the Message can be the whole answer.
+        """
+        return self.task.reply == Task.Reply.OPEN and self.task.event_seq == 1 and not self.entries
+
+    def _message_reply(self, message: pb.Message) -> None:
+        """A message exchange: the reply is the answer, the task row only its durable record."""
+        task = self.task
+        task.status_message = self._agent_message(message)
+        task.state = TaskState.COMPLETED
+        task.status_timestamp = timezone.now()
+        task.reply = Task.Reply.MESSAGE
+        self.fields.add("reply")
+        payload = proto_to_dict(message)
+        payload["messageId"] = task.status_message.message_id
+        payload["contextId"] = task.context.context_id
+        # No task is shown to the caller, so the reply names none.
+        payload.pop("taskId", None)
+        self.entries.append((TaskEvent.Kind.MESSAGE, {"message": payload}))
 
     def _check_task_id(self, task_id: str) -> None:
         if task_id and task_id != str(self.task.pk):
@@ -673,7 +698,6 @@ class _BatchWriter:
         """Write what apply() gathered: messages, artifacts, the log entries, the task row."""
         task = self.task
         if self.messages:
-            self._unique_message_ids()
             Message.objects.bulk_create(self.messages)
             if task.status_message is not None:
                 task.status_message_id = task.status_message.pk
@@ -688,18 +712,6 @@ class _BatchWriter:
         events = log_append(task, self.entries, snapshot=snapshot)
         task.save(update_fields=sorted(self.fields))
         push_deliveries_queue(task, events)
-
-    def _unique_message_ids(self) -> None:
-        # Agents sometimes reuse ids; such a message is kept under a fresh one.
-        taken = set(
-            Message.objects.filter(
-                tenant_id=self.task.tenant_id, message_id__in=[m.message_id for m in self.messages]
-            ).values_list("message_id", flat=True)
-        )
-        for index, message in enumerate(self.messages):
-            if message.message_id in taken:
-                message.message_id = f"{message.message_id}-{self.task.pk}-{self.task.event_seq + index + 1}"
-            taken.add(message.message_id)
 
 
 def _artifact_state(artifact: Artifact) -> dict:

@@ -61,3 +61,18 @@ class SleeperExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         return None
+
+
+class MessageReplyExecutor(AgentExecutor):
+    """Answers with a Message and no task, as a TCK-style agent does for a quick exchange."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        from a2a.helpers import new_text_message
+        from a2a.types import Role
+
+        text = context.get_user_input()
+        reply = new_text_message(f"You said: {text}", context_id=context.context_id, role=Role.ROLE_AGENT)
+        await event_queue.enqueue_event(reply)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None

@@ -26,7 +26,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 TEST_HANDLERS = (
     "crash=tests.handlers.CrashingExecutor,silent=tests.handlers.SilentExecutor,"
-    "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor"
+    "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor,"
+    "replier=tests.handlers.MessageReplyExecutor"
 )
 # A queue of this test session's own: a stray worker elsewhere never takes its turns.
 TEST_QUEUE = f"a2a-test-{os.getpid()}"

@@ -9,12 +9,15 @@ from a2a.utils.errors import (
     A2A_ERROR_REASONS,
     JSON_RPC_ERROR_CODE_MAP,
     A2AError,
+    ContentTypeNotSupportedError,
     ErrorMapping,
     InternalError,
     InvalidParamsError,
 )
 from a2a.utils.proto_utils import validation_errors_to_bad_request
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from tasks_app.services import IdempotencyKeyReused
 
 # Seconds a client is told to wait before retrying when the store is unavailable.
 RETRY_AFTER_SECONDS = 5
@@ -66,6 +69,10 @@ class QuotaExceeded(A2AError):
         ]
 
 
+class RequestContentTypeNotSupported(ContentTypeNotSupportedError):
+    """The request body's Content-Type is not one we read (-32005; HTTP 415 on REST)."""
+
+
 def unavailable_headers(error: A2AError) -> dict:
     """Retry-After for a store outage or a quota refusal, nothing for other errors."""
     if isinstance(error, QuotaExceeded):
@@ -80,10 +87,23 @@ def jsonrpc_http_status(error: A2AError) -> int:
     return 503 if isinstance(error, StoreUnavailable) else 200
 
 
+def protocol_error(error: A2AError) -> A2AError:
+    """The error as the SDK's own class nearest to it, whose codes the SDK's tables know.
+
+    Our subclasses (IdempotencyKeyReused, StoreUnavailable) are not in those
+    tables, which look errors up by their exact type.
+    """
+    for cls in type(error).__mro__:
+        if cls in JSON_RPC_ERROR_CODE_MAP:
+            return error if cls is type(error) else cls(message=error.message, data=error.data)
+    return error
+
+
 def jsonrpc_error(error: A2AError) -> dict:
     """The JSON-RPC error object, with an ErrorInfo detail where the error has a reason."""
     if isinstance(error, QuotaExceeded):
         return {"code": QUOTA_EXCEEDED_CODE, "message": error.message, "data": error.data}
+    error = protocol_error(error)
     body = {"code": JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603), "message": error.message}
     if type(error) in A2A_ERROR_REASONS:
         body["data"] = build_error_details(error)
@@ -101,10 +121,17 @@ def rest_error(error: A2AError) -> tuple[int, dict]:
             "details": error.details(),
         }
         return status, {"error": body}
+    special = error
+    error = protocol_error(error)
     mapping = A2A_ERROR_MAPPING.get(type(error))
     status, grpc_status = (mapping.http_code, mapping.grpc_status) if mapping else (500, "INTERNAL")
-    if isinstance(error, StoreUnavailable):
+    if isinstance(special, StoreUnavailable):
         status, grpc_status = 503, "UNAVAILABLE"
+    elif isinstance(special, IdempotencyKeyReused):
+        # The httpapi draft's answer to a key reused with another body.
+        status = 422
+    elif isinstance(special, RequestContentTypeNotSupported):
+        status = 415
     return status, {
         "error": {
             "code": status,

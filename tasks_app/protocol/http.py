@@ -6,7 +6,9 @@ resolve the caller through these; each then frames the answer (and a refusal:
 401 or 403 with a Bearer challenge) in its own wire format.
 """
 
-from a2a.utils.errors import A2AError, InvalidRequestError, VersionNotSupportedError
+import re
+
+from a2a.utils.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
 from django.conf import settings
 
 from agents.access import get_enabled_agent
@@ -50,12 +52,32 @@ async def find_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
     return await db(get_enabled_agent, tenant_slug, agent_slug)
 
 
+# The methods an Idempotency-Key applies to.
+SEND_METHODS = frozenset({"SendMessage", "SendStreamingMessage"})
+# An sf-string (RFC 8941) as the httpapi draft sends it, or the bare token many clients send.
+IDEMPOTENCY_KEY_RE = re.compile(r'"([\x20-\x21\x23-\x5b\x5d-\x7e]{1,255})"|([\x21\x23-\x7e]{1,255})')
+
+
+def idempotency_key(request) -> str:
+    """The Idempotency-Key header's key ('' without one); a malformed one is InvalidParams."""
+    value = request.headers.get("Idempotency-Key", "").strip()
+    if not value:
+        return ""
+    found = IDEMPOTENCY_KEY_RE.fullmatch(value)
+    if found is None:
+        raise InvalidParamsError(
+            message="Idempotency-Key must be a quoted string (or a token) of 1-255 printable ASCII characters"
+        )
+    return found.group(1) or found.group(2)
+
+
 async def call_for(request, agent: Agent, method: str) -> Call:
     """The Call for the 1.0 operation `method`.
 
     Raises one of CALLER_REFUSED if the caller may not call, and QuotaExceeded
     if the tenant's quotas refuse it (before the operation stores anything).
     """
+    key = idempotency_key(request) if method in SEND_METHODS else ""
     if request.headers.get("Authorization") or settings.SESSION_COOKIE_NAME in request.COOKIES:
         caller = await db(resolve_caller, request, agent, method)
     else:
@@ -63,7 +85,12 @@ async def call_for(request, agent: Agent, method: str) -> Call:
         caller = resolve_caller(request, agent, method)
     # REMOTE_ADDR is the peer Daphne saw; behind a proxy, run Daphne with --proxy-headers.
     await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""))
-    return Call(caller=caller, last_event_id=last_event_id(request), base_url=public_base_url(request))
+    return Call(
+        caller=caller,
+        last_event_id=last_event_id(request),
+        base_url=public_base_url(request),
+        idempotency_key=key,
+    )
 
 
 def refusal(exc: Exception, agent: Agent) -> tuple[int, A2AError, dict[str, str]]:

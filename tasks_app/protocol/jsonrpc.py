@@ -4,7 +4,6 @@ import logging
 
 from a2a.utils.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
     InternalError,
     InvalidRequestError,
     JSONParseError,
@@ -17,6 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.protocol import legacy, operations
 from tasks_app.protocol.errors import (
+    RequestContentTypeNotSupported,
     StoreUnavailable,
     jsonrpc_error,
     jsonrpc_http_status,
@@ -78,18 +78,26 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         response["Allow"] = "POST"
         return response
     try:
-        body = load_json(request.body)
+        raw = request.body
     except RequestDataTooBig:
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
         return error_response(None, InvalidRequestError(message=payload_too_large_message()), 413)
+    if not is_json_content_type(request.content_type):
+        # Refused before the body is read as JSON; its id is echoed if it has one.
+        try:
+            request_id = _request_id(load_json(raw))
+        except (ValueError, UnicodeDecodeError):
+            request_id = None
+        error = RequestContentTypeNotSupported(
+            message=f"Content-Type '{request.content_type}' is not supported; send application/json"
+        )
+        return error_response(request_id, error)
+    try:
+        body = load_json(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return error_response(None, JSONParseError(message=f"Invalid JSON payload: {exc}"))
     request_id = _request_id(body)
     try:
-        if not is_json_content_type(request.content_type):
-            raise ContentTypeNotSupportedError(
-                message=f"Content-Type '{request.content_type}' is not supported; send application/json"
-            )
         envelope_error = _envelope_error(body)
         if envelope_error:
             raise envelope_error

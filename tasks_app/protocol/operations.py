@@ -18,12 +18,12 @@ from asgiref.sync import sync_to_async
 from agents.cards import card_dict
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.events import follow, payload_state, wait_until_settled
+from tasks_app.events import HEARTBEAT, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
-from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, task_list, task_snapshot, with_history_length
+from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, send_answer, task_list, with_history_length
 from tasks_app.services import message_send, task_cancel, task_get
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ class Call:
     last_event_id: int | None = None
     # Scheme, host and port for URLs in answers (the extended card).
     base_url: str = ""
+    # From the Idempotency-Key header of a SendMessage: makes its retries safe.
+    idempotency_key: str = ""
 
 
 def _history_length(request) -> int | None:
@@ -60,11 +62,13 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
         except UNAVAILABLE_ERRORS as exc:
             logger.warning("Waiting for task %s: the database is unavailable (%r)", outcome.task.pk, exc)
             settled = None
+        if settled is not None and "message" in settled:
+            return settled  # a message exchange: the agent's Message is the whole answer
         if settled is not None and (history_length is None or history_length <= DEFAULT_HISTORY_LENGTH):
             # The worker published the task as it stored it: no need to read it again.
-            return {"task": with_history_length(settled, history_length)}
+            return {"task": with_history_length(settled["task"], history_length)}
     try:
-        return {"task": await db(task_snapshot, outcome.task.pk, history_length=history_length)}
+        return await db(send_answer, outcome.task.pk, history_length=history_length)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("Reading task %s: the database is unavailable (%r)", outcome.task.pk, exc)
         return {"task": outcome.accepted}
@@ -73,7 +77,7 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
 async def _accept(send, call: Call, request: pb.SendMessageRequest):
     """Store the message (one transaction). A database that cannot be reached stored nothing: 503."""
     try:
-        return await db(send, call.caller, request)
+        return await db(send, call.caller, request, idempotency_key=call.idempotency_key)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("SendMessage refused, the database is unavailable: %r", exc)
         raise StoreUnavailable() from None
@@ -95,7 +99,8 @@ async def send_streaming_message(
         # A new message: the header cannot be about its stream; serve it from the start.
     if outcome.seq_before == 0 and not outcome.duplicate:
         # A new task: its log starts with the Task itself, so the stream is the log.
-        return _stream(outcome.task.pk, after=0, snapshot=False)
+        hold = outcome.task.reply == Task.Reply.OPEN
+        return _stream(outcome.task.pk, after=0, snapshot=False, hold_task=hold)
     return _stream(outcome.task.pk, after=None, snapshot=True)
 
 
@@ -141,21 +146,46 @@ def _beyond_log(last_event_id: int, log_end: int) -> InvalidParamsError:
 
 def _snapshot_with_seq(task_pk) -> tuple[int, dict]:
     seq = Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
-    return seq, {"task": task_snapshot(task_pk)}
+    return seq, send_answer(task_pk)
 
 
 async def _stream(
-    task_pk, *, after: int | None, snapshot: bool, wait_past_interruption: bool = False
+    task_pk,
+    *,
+    after: int | None,
+    snapshot: bool,
+    wait_past_interruption: bool = False,
+    hold_task: bool = False,
 ) -> AsyncIterator:
     if snapshot:
         # The spec wants the current Task first; its id is the log position it reflects.
+        # (A retried send of a message exchange gets the agent's Message, the whole answer.)
         after, first = await db(_snapshot_with_seq, task_pk)
         yield after, first
         state = payload_state(first)
-        if state in TERMINAL_STATES or (state in INTERRUPTED_STATES and not wait_past_interruption):
+        if "message" in first or state in TERMINAL_STATES:
             return
+        if state in INTERRUPTED_STATES and not wait_past_interruption:
+            return
+    held = None
     async for item in follow(task_pk, after):
+        if item is HEARTBEAT:
+            yield item
+            continue
+        seq, payload = item
+        if hold_task:
+            hold_task = False
+            if seq == 1 and "task" in payload:
+                # The accepted Task waits for the agent's first event: a Message alone replaces it.
+                held = item
+                continue
+        if held is not None:
+            if "message" not in payload:
+                yield held
+            held = None
         yield item
+    if held is not None:
+        yield held
 
 
 MAX_PAGE_SIZE = 100

@@ -9,7 +9,6 @@ import re
 
 from a2a.utils.errors import (
     A2AError,
-    ContentTypeNotSupportedError,
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
@@ -21,7 +20,12 @@ from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.protocol import operations
-from tasks_app.protocol.errors import StoreUnavailable, rest_error, unavailable_headers
+from tasks_app.protocol.errors import (
+    RequestContentTypeNotSupported,
+    StoreUnavailable,
+    rest_error,
+    unavailable_headers,
+)
 from tasks_app.protocol.http import (
     CALLER_REFUSED,
     call_for,
@@ -106,7 +110,7 @@ def _body(request) -> dict:
     if not raw.strip():
         return {}
     if not is_json_content_type(request.content_type):
-        raise ContentTypeNotSupportedError(
+        raise RequestContentTypeNotSupported(
             message=f"Content-Type '{request.content_type}' is not supported; send {A2A_JSON}"
         )
     try:
@@ -154,8 +158,21 @@ def _parse(request, request_type, path_params: dict):
     return parse_request({**fields, **path_params}, request_type)
 
 
+def response_type(request) -> str:
+    """application/a2a+json for a client whose Accept names it, else application/json."""
+    accepted = {item.split(";")[0].strip().lower() for item in request.headers.get("Accept", "").split(",")}
+    return A2A_JSON if A2A_JSON in accepted else "application/json"
+
+
 @csrf_exempt
 async def rest_endpoint(request, tenant: str, agent: str, rest: str):
+    response = await _answer(request, tenant, agent, rest)
+    if isinstance(response, JsonResponse):
+        response["Content-Type"] = response_type(request)
+    return response
+
+
+async def _answer(request, tenant: str, agent: str, rest: str):
     try:
         method_name, path_params, allowed = _route(rest, request.method, tenant)
         if method_name is None and allowed:
@@ -179,7 +196,7 @@ async def rest_endpoint(request, tenant: str, agent: str, rest: str):
             return error_response(error, status, challenge)
         if streaming:
             return sse_response(await operation(call, params), lambda payload: payload)
-        return JsonResponse(await operation(call, params), content_type=A2A_JSON)
+        return JsonResponse(await operation(call, params))
     except RequestDataTooBig:
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
         return error_response(InvalidRequestError(message=payload_too_large_message()), 413)

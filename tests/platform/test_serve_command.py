@@ -102,9 +102,14 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
         # The gRPC binding's second port, as the cards name it.
         assert re.search(r"  gRPC: +127\.0\.0\.1:\d+ ", banner), banner
         curl = next(line.strip() for line in banner.splitlines() if line.strip().startswith("curl "))
-        answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60).stdout
-        assert '"state": "TASK_STATE_COMPLETED"' in answer
-        assert "Hello, World! I have received your request (hi)" in answer
+        task_ids = []
+        # Twice as printed (the same messageId both times): each run is a new message and a new task.
+        for _ in range(2):
+            answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60).stdout
+            assert '"state": "TASK_STATE_COMPLETED"' in answer, answer
+            assert "Hello, World! I have received your request (hi)" in answer
+            task_ids.append(re.search(r'"task": \{\s*"id": "([0-9a-f-]{36})"', answer).group(1))
+        assert task_ids[0] != task_ids[1]
         health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
         assert health == {"status": "ok"}
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz").json()
@@ -134,8 +139,8 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
             db.execute("SELECT DISTINCT slug FROM agents_agent").fetchall()
         )
         assert db.execute("SELECT count(*) FROM auth_user").fetchone() == (1,)
-        # The task the printed curl created is still there after the restart.
-        assert db.execute("SELECT count(*) FROM tasks_app_task").fetchone() == (1,)
+        # The two tasks the printed curl created are still there after the restart.
+        assert db.execute("SELECT count(*) FROM tasks_app_task").fetchone() == (2,)
 
 
 def test_banner_names_the_real_database_and_worker_and_lines_up_the_agents(db_settings, tmp_path):

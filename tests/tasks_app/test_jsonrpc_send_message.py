@@ -108,12 +108,12 @@ def test_history_length_limits_the_returned_history(rpc):
     assert negative["error"]["code"] == -32602
 
 
-def test_same_message_id_returns_the_same_task(rpc):
+def test_same_message_id_again_is_a_new_message_and_a_new_task(rpc):
     message_id = new_id()
     first = rpc("SendMessage", user_message("once", message_id))["result"]["task"]
-    retry = rpc("SendMessage", user_message("once", message_id))["result"]["task"]
-    assert retry["id"] == first["id"]
-    assert Task.objects.filter(messages__message_id=message_id).count() == 1
+    again = rpc("SendMessage", user_message("once", message_id))["result"]["task"]
+    assert again["id"] != first["id"]
+    assert Task.objects.filter(messages__message_id=message_id).count() == 2
 
 
 def test_unknown_task_is_not_found(rpc):
@@ -151,7 +151,9 @@ def test_agent_card_names_the_host_and_port_it_was_fetched_from(server):
     ]
     # What 0.3 clients read.
     assert card["url"] == server.agent_url("echo") and card["protocolVersion"] == "0.3"
+    extensions = card["capabilities"].pop("extensions")
     assert card["capabilities"] == {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
+    assert [extension["params"]["header"] for extension in extensions] == ["Idempotency-Key"]
     assert "securitySchemes" not in card
     assert "max-age=" in response.headers["Cache-Control"]
     revalidated = httpx.get(

@@ -129,7 +129,6 @@ def test_another_tenants_caller_cannot_see_or_touch_the_configs(rpc, stored):
         pytest.param({"url": "ftp://127.0.0.1/hook"}, id="ftp-scheme"),
         pytest.param({"url": "file:///etc/passwd"}, id="file-scheme"),
         pytest.param({"url": "http://user:pw@127.0.0.1/hook"}, id="credentials-in-url"),
-        pytest.param({"url": "http://no-such-host.invalid/hook"}, id="unresolvable"),
         pytest.param({"url": "http://169.254.169.254/latest/meta-data"}, id="metadata"),
         pytest.param({"url": ""}, id="no-url"),
         pytest.param({"token": "a\r\nX-Injected: 1"}, id="header-injection-in-token"),
@@ -211,3 +210,16 @@ def test_a_loopback_webhook_is_an_invalid_params_error_when_private_networks_are
             push_config_clean(config)
     with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
         assert push_config_clean(config).url == "http://127.0.0.1:9/hook"
+
+
+def test_a_host_that_does_not_resolve_yet_is_accepted_and_literal_addresses_still_screened():
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
+        # No lookup at creation: the name is resolved (and screened) at each delivery.
+        later = pb.TaskPushNotificationConfig(task_id="t", url="https://hooks.not-yet.invalid/a2a")
+        assert push_config_clean(later).url == "https://hooks.not-yet.invalid/a2a"
+        for literal in ("http://10.0.0.1/hook", "http://[::1]/hook", "http://169.254.169.254/"):
+            with pytest.raises(InvalidParamsError, match="only sent to public addresses"):
+                push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=literal))
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
+        with pytest.raises(InvalidParamsError, match="metadata"):
+            push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url="http://169.254.169.254/"))

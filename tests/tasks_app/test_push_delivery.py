@@ -167,3 +167,21 @@ def test_a_deleted_config_gets_no_more_events(rpc, stored, receiver):
     rpc("SendMessage", user_message("red", f"ask-{uuid.uuid4()}", taskId=task["id"]), agent="push-ask")
     time.sleep(0.5)
     assert len(receiver.received(path)) == 2
+
+
+def test_an_unresolvable_webhook_host_is_a_failed_delivery_that_is_retried(rpc, stored):
+    task = send_with_push(rpc, "nowhere", {"url": "http://no-such-webhook-host.invalid/hook"})["result"][
+        "task"
+    ]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"  # the agent's work is not held up
+    deadline = time.monotonic() + 15
+    attempts = []
+    while time.monotonic() < deadline:
+        attempts = list(PushDelivery.objects.filter(config__task_id=task["id"], seq=1).order_by("attempt"))
+        if len(attempts) >= 2 and attempts[0].status == PushDelivery.Status.FAILED:
+            break
+        time.sleep(0.1)
+    assert len(attempts) >= 2, attempts
+    assert attempts[0].status == PushDelivery.Status.FAILED
+    assert "does not resolve" in attempts[0].error
+    assert attempts[0].response_code is None

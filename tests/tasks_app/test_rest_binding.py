@@ -1,5 +1,6 @@
 """The HTTP+JSON binding: REST paths, the /{tenant} prefix form, google.rpc.Status errors."""
 
+import json
 import uuid
 
 import httpx
@@ -26,7 +27,8 @@ def send(server, text: str = "hi") -> dict:
         timeout=30,
     )
     assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("application/a2a+json")
+    # No Accept asking for application/a2a+json: plain JSON.
+    assert response.headers["content-type"] == "application/json"
     return response.json()["task"]
 
 
@@ -138,3 +140,44 @@ def test_rest_stream_has_no_json_rpc_envelope_and_ids_are_log_positions(server):
     ]
     assert [event["id"] for event in events] == ["1", "2", "3", "4"]
     assert events[-1]["data"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_rest_answers_application_a2a_json_to_a_client_that_accepts_it(server):
+    task = send(server)
+    accepting = {**HEADERS, "Accept": "application/json;q=0.5, application/a2a+json"}
+    fetched = httpx.get(rest(server, f"tasks/{task['id']}"), headers=accepting)
+    assert fetched.status_code == 200 and fetched.headers["content-type"] == "application/a2a+json"
+    missing = httpx.get(rest(server, f"tasks/{uuid.uuid4()}"), headers=accepting)
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/a2a+json"
+    plain = httpx.get(rest(server, f"tasks/{task['id']}"), headers={**HEADERS, "Accept": "*/*"})
+    assert plain.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "text/xml"])
+def test_rest_refuses_a_body_it_cannot_read_with_415(server, content_type):
+    body = json.dumps(user_message("typed", f"rest-{uuid.uuid4()}")).encode()
+    response = httpx.post(
+        rest(server, "message:send"), content=body, headers={**HEADERS, "Content-Type": content_type}
+    )
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == 415
+    assert error_reason(response) == "CONTENT_TYPE_NOT_SUPPORTED"
+    for accepted in ("application/json", "application/a2a+json", "application/json; charset=utf-8"):
+        headers = {**HEADERS, "Content-Type": accepted}
+        ok = httpx.post(rest(server, "message:send"), content=body, headers=headers, timeout=30)
+        assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
+def test_json_rpc_refuses_a_body_that_is_not_json_typed_with_32005(server, content_type):
+    body = {"jsonrpc": "2.0", "id": "typed-1", "method": "SendMessage"}
+    body["params"] = user_message("typed", f"rpc-{uuid.uuid4()}")
+    response = httpx.post(
+        server.agent_url("echo"),
+        content=json.dumps(body).encode(),
+        headers={**HEADERS, "Content-Type": content_type},
+    )
+    answer = response.json()
+    assert answer["id"] == "typed-1"
+    assert answer["error"]["code"] == -32005
+    assert answer["error"]["data"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"

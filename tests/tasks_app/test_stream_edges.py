@@ -160,11 +160,12 @@ def test_reconnecting_after_the_final_event_closes_the_stream_at_once(server, bi
 def test_a_retried_streaming_send_after_the_final_event_closes_at_once(server):
     params = user_message("retry me", f"edge-{uuid.uuid4()}")
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
-    with stream(server.agent_url("echo"), body) as response:
+    key = {"Idempotency-Key": f"retry-{uuid.uuid4()}"}
+    with stream(server.agent_url("echo"), body, headers=key) as response:
         final_id = list(read_events(response))[-1]["id"]
     started = time.monotonic()
-    # The same messageId again (a safe retry), resuming after the last event the client saw.
-    with stream(server.agent_url("echo"), body, headers={"Last-Event-ID": final_id}) as response:
+    # The same request and key again (a safe retry), resuming after the last event the client saw.
+    with stream(server.agent_url("echo"), body, headers={**key, "Last-Event-ID": final_id}) as response:
         lines = []
         for line in response.iter_lines():
             lines.append(line)
@@ -176,12 +177,13 @@ def test_a_retried_streaming_send_after_the_final_event_closes_at_once(server):
 def test_a_retried_streaming_send_beyond_the_log_is_invalid_params(server):
     params = user_message("retry me far", f"edge-{uuid.uuid4()}")
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
-    with stream(server.agent_url("echo"), body) as response:
+    key = {"Idempotency-Key": f"retry-{uuid.uuid4()}"}
+    with stream(server.agent_url("echo"), body, headers=key) as response:
         final_id = int(list(read_events(response))[-1]["id"])
     resent = httpx.post(
         server.agent_url("echo"),
         json=body,
-        headers={"A2A-Version": "1.0", "Last-Event-ID": str(final_id + 5)},
+        headers={"A2A-Version": "1.0", "Last-Event-ID": str(final_id + 5), **key},
         timeout=30,
     )
     assert resent.json()["error"]["code"] == -32602

@@ -22,7 +22,7 @@ from tasks_app.access import get_task_for_caller, tasks_visible_to
 from tasks_app.events import HEARTBEAT
 from tasks_app.models import Artifact, DraftTaskAlias, Task
 from tasks_app.protocol import operations
-from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error
+from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
 from tasks_app.protocol.http import call_for
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import sse_response
@@ -99,7 +99,7 @@ def legacy_error(error: A2AError, codes: frozenset[int], task_aliases: dict[str,
     if isinstance(error, QuotaExceeded):
         # No old dialect had a quota error: ours, with its plain-object data, is the clearest answer.
         return jsonrpc_error(error)
-    code = JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603)
+    code = JSON_RPC_ERROR_CODE_MAP.get(type(protocol_error(error)), -32603)
     body = {"code": code if code in codes else -32603, "message": shown(error.message)}
     if isinstance(error.data, dict) and error.data:
         body["data"] = {key: shown(value) for key, value in error.data.items()}

@@ -51,9 +51,10 @@ def _send_as(client_task_id: str):
     An id another task of this agent holds raises IntegrityError, and nothing is stored.
     """
 
-    def send(caller, request):
+    def send(caller, request, **options):
         with transaction.atomic():
-            outcome = message_send(caller, request)
+            # A draft client names its task: the answer is that task, whatever the agent says.
+            outcome = message_send(caller, request, reply_as_message=False, **options)
             if not outcome.duplicate:
                 DraftTaskAlias.objects.create(
                     task=outcome.task, agent=caller.agent, client_task_id=client_task_id
@@ -67,6 +68,9 @@ async def _send(ex: Exchange, streaming: bool):
     send = parse_send(ex.params)
     method = "SendStreamingMessage" if streaming else "SendMessage"
     call = await ex.call(method)
+    # A draft client names its task itself (its retry is the same id), and its
+    # messageIds are made up here per request: an Idempotency-Key cannot apply.
+    call.idempotency_key = ""
     task = await sync_to_async(find_task)(call.caller, send.task_id)
     options = {}
     if task is not None:

@@ -1,0 +1,133 @@
+"""An agent that answers with a Message and no task: the caller gets the Message, and no task.
+
+The platform keeps a durable record of the exchange (a task row marked
+Task.Reply.MESSAGE) that the console shows under its context and no A2A caller sees.
+"""
+
+import time
+import uuid
+
+import httpx
+import pytest
+from a2a.types import Role, SendMessageRequest
+from asgiref.sync import sync_to_async
+
+from agents.models import Agent
+from tasks_app.models import Message, Task, TaskEvent
+from tasks_app.selectors import tasks_matching, tenant_tasks
+from tenants.models import Tenant
+from tests.conftest import user_message
+from tests.sse import read_events, stream
+from tests.tasks_app.test_message_ids import BINDINGS, sdk_client
+
+HEADERS = {"A2A-Version": "1.0"}
+
+
+@pytest.fixture
+def replier(stored) -> str:
+    Agent.objects.get_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="replier",
+        defaults={"name": "Replier", "handler": "replier"},
+    )
+    return "replier"
+
+
+def _exchange(context_id: str) -> Task:
+    return Task.objects.select_related("status_message").get(context__context_id=context_id)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streaming"])
+async def test_sdk_client_gets_the_agents_message_and_no_task(server, replier, binding, streaming):
+    from a2a.helpers import new_text_message
+
+    context_id = f"quick-{uuid.uuid4()}"
+    message = new_text_message("ping", context_id=context_id, role=Role.ROLE_USER)
+    client = await sdk_client(server.agent_url(replier), binding, streaming=streaming)
+    try:
+        events = [event async for event in client.send_message(SendMessageRequest(message=message))]
+    finally:
+        await client.close()
+    assert [event.WhichOneof("payload") for event in events] == ["message"]
+    reply = events[0].message
+    assert reply.role == Role.ROLE_AGENT
+    assert reply.parts[0].text == "You said: ping"
+    assert reply.context_id == context_id
+    assert reply.task_id == ""
+    record = await sync_to_async(_exchange)(context_id)
+    assert record.is_message_exchange and record.status_message.message_id == reply.message_id
+
+
+def test_json_rpc_and_rest_answer_message_and_hide_the_record(server, rpc, replier):
+    context_id = f"quick-{uuid.uuid4()}"
+    answer = rpc(
+        "SendMessage", user_message("hello", f"m-{uuid.uuid4()}", contextId=context_id), agent=replier
+    )
+    assert list(answer["result"]) == ["message"]
+    assert answer["result"]["message"]["parts"] == [{"text": "You said: hello"}]
+    assert "taskId" not in answer["result"]["message"]
+    record = _exchange(context_id)
+    # The record is no task to the caller: not found, not listed, not subscribable, not continued.
+    assert rpc("GetTask", {"id": str(record.pk)}, agent=replier)["error"]["code"] == -32001
+    assert rpc("ListTasks", {"contextId": context_id}, agent=replier)["result"]["tasks"] == []
+    assert rpc("SubscribeToTask", {"id": str(record.pk)}, agent=replier)["error"]["code"] == -32001
+    follow_up = user_message("more", f"m-{uuid.uuid4()}", taskId=str(record.pk))
+    assert rpc("SendMessage", follow_up, agent=replier)["error"]["code"] == -32001
+
+    rest = httpx.post(
+        server.agent_url(replier) + "rest/message:send",
+        json=user_message("over rest", f"m-{uuid.uuid4()}"),
+        headers=HEADERS,
+        timeout=30,
+    )
+    assert rest.status_code == 200 and list(rest.json()) == ["message"]
+    assert rest.json()["message"]["parts"] == [{"text": "You said: over rest"}]
+
+
+def test_a_stream_carries_that_one_message(server, replier):
+    body = {"jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage"}
+    body["params"] = user_message("streamed", f"m-{uuid.uuid4()}")
+    with stream(server.agent_url(replier), body) as response:
+        events = list(read_events(response))
+    assert [list(event["data"]["result"]) for event in events] == [["message"]]
+    assert events[0]["data"]["id"] == 7
+    with stream(server.agent_url(replier) + "rest/message:stream", user_message("rest", "m-r")) as response:
+        rest_events = list(read_events(response))
+    assert [list(event["data"]) for event in rest_events] == [["message"]]
+    # The log keeps the accepted Task first (durability), then the reply.
+    record = _exchange(rest_events[0]["data"]["message"]["contextId"])
+    kinds = list(TaskEvent.objects.filter(task=record).order_by("seq").values_list("kind", flat=True))
+    assert kinds == ["task", "message"]
+
+
+def test_the_console_shows_the_exchange_under_its_context(rpc, replier):
+    context_id = f"quick-{uuid.uuid4()}"
+    rpc(
+        "SendMessage",
+        user_message("for the console", f"m-{uuid.uuid4()}", contextId=context_id),
+        agent=replier,
+    )
+    (shown,) = tasks_matching(tenant_tasks(Tenant.objects.get(slug="demo")), context_id=context_id)
+    texts = [m.parts[0]["text"] for m in Message.objects.filter(task=shown).order_by("created_at", "pk")]
+    assert texts == ["for the console", "You said: for the console"]
+
+
+def test_return_immediately_answers_with_the_task_the_reply_then_completes(rpc, replier):
+    params = {**user_message("later", f"m-{uuid.uuid4()}"), "configuration": {"returnImmediately": True}}
+    task = rpc("SendMessage", params, agent=replier)["result"]["task"]
+    for _ in range(100):
+        fetched = rpc("GetTask", {"id": task["id"]}, agent=replier)["result"]
+        if fetched["status"]["state"] == "TASK_STATE_COMPLETED":
+            break
+        time.sleep(0.05)
+    assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert fetched["status"]["message"]["parts"] == [{"text": "You said: later"}]
+
+
+def test_a_retry_with_the_idempotency_key_gets_the_same_message(rpc, replier):
+    params = user_message("once", f"m-{uuid.uuid4()}")
+    headers = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    first = rpc("SendMessage", params, agent=replier, headers=headers)["result"]
+    again = rpc("SendMessage", params, agent=replier, headers=headers)["result"]
+    assert again == first and "message" in first

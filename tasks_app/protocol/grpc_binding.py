@@ -28,7 +28,13 @@ from tasks_app.events import HEARTBEAT
 from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
 from tasks_app.protocol.errors import StoreUnavailable, grpc_status
-from tasks_app.protocol.http import CALLER_REFUSED, check_version_value_1, find_agent
+from tasks_app.protocol.http import (
+    CALLER_REFUSED,
+    SEND_METHODS,
+    check_version_value_1,
+    find_agent,
+    idempotency_key_value,
+)
 from tasks_app.protocol.validation import check_request
 from tasks_app.quotas import quota_admit
 
@@ -128,7 +134,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             raise Refused(exc, agent) from None
         # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
         await quota_admit(caller, method, _peer_address(context))
-        return operations.Call(caller=caller, base_url=self.base_url)
+        key = metadata.get("idempotency-key", "") if method in SEND_METHODS else ""
+        return operations.Call(
+            caller=caller, base_url=self.base_url, idempotency_key=idempotency_key_value(key)
+        )
 
     async def _unary(self, method: str, request, context):
         try:

@@ -60,7 +60,12 @@ IDEMPOTENCY_KEY_RE = re.compile(r'"([\x20-\x21\x23-\x5b\x5d-\x7e]{1,255})"|([\x2
 
 def idempotency_key(request) -> str:
     """The Idempotency-Key header's key ('' without one); a malformed one is InvalidParams."""
-    value = request.headers.get("Idempotency-Key", "").strip()
+    return idempotency_key_value(request.headers.get("Idempotency-Key", ""))
+
+
+def idempotency_key_value(value: str) -> str:
+    """The key of an Idempotency-Key header (or gRPC `idempotency-key` metadata) value."""
+    value = value.strip()
     if not value:
         return ""
     found = IDEMPOTENCY_KEY_RE.fullmatch(value)

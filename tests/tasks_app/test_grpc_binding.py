@@ -421,3 +421,17 @@ async def test_a_quota_refusal_is_resource_exhausted_with_the_retry_time(server,
     retry = error_details_pb2.RetryInfo()
     assert [d.Unpack(retry) for d in status_from_call(error).details if d.Is(retry.DESCRIPTOR)] == [True]
     assert 1 <= retry.retry_delay.seconds <= 60
+
+
+async def test_an_idempotency_key_in_the_metadata_makes_a_retry_answer_the_first_task(server):
+    request = user_text("once", message_id=str(uuid.uuid4()))
+    request.tenant = "demo/echo"
+    metadata = [("a2a-version", "1.0"), ("idempotency-key", f"grpc-{uuid.uuid4().hex}")]
+    first = await raw_call(server, "SendMessage", request, metadata)
+    again = await raw_call(server, "SendMessage", request, metadata)
+    assert first.task.id and again.task.id == first.task.id
+    other = await raw_call(server, "SendMessage", request, [("a2a-version", "1.0")])
+    assert other.task.id != first.task.id
+    request.message.parts[0].text = "another body"
+    error = await rpc_error(server, "SendMessage", request, metadata)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -19,6 +19,17 @@ METADATA_ADDRESSES = frozenset(
 )
 
 
+# The refusals a private-networks setting lifts (metadata, multicast and reserved stay refused).
+PRIVATE_PROBLEMS = frozenset(
+    {
+        "a loopback address",
+        "a link-local address",
+        "a shared (carrier-grade NAT) address",
+        "a private address",
+    }
+)
+
+
 class UrlRefused(ValueError):
     """A URL the platform will not call; the message says why."""
 
@@ -35,7 +46,7 @@ class Target:
         return self.url.copy_with(host=self.address)
 
 
-def _address_problem(ip, allow_private: bool) -> str | None:
+def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped  # judged as the IPv4 address it carries
     if ip in METADATA_ADDRESSES:
@@ -45,7 +56,7 @@ def _address_problem(ip, allow_private: bool) -> str | None:
     if ip.is_multicast:
         return "a multicast address"
     if ip.is_loopback:
-        return None if allow_private else "a loopback address"
+        return None if allow_private or allow_loopback else "a loopback address"
     if ip.is_link_local:
         return None if allow_private else "a link-local address"
     if ip in SHARED_NETWORK:
@@ -57,13 +68,22 @@ def _address_problem(ip, allow_private: bool) -> str | None:
     return None
 
 
-def url_check(url: str, *, allow_private: bool) -> Target:
+def url_check(
+    url: str,
+    *,
+    allow_private: bool,
+    allow_loopback: bool = False,
+    purpose: str = "push notifications are",
+    setting: str = "PUSH_ALLOW_PRIVATE_NETWORKS",
+) -> Target:
     """Resolve a URL and check every address it has; answer the one to connect to.
 
     Raises UrlRefused for a scheme other than http/https, credentials in the
     URL, a host that does not resolve, or any address that is loopback, private,
     link-local, shared, multicast, reserved, unspecified or cloud metadata
-    (private ones are allowed with allow_private: the caller's setting says).
+    (private ones are allowed with allow_private, loopback ones also with
+    allow_loopback: the caller's settings say). A refusal names `setting`, the
+    switch that would allow it, so whoever reads it knows what to change.
     """
     try:
         parsed = httpx.URL(url)
@@ -85,10 +105,11 @@ def url_check(url: str, *, allow_private: bool) -> Target:
         raise UrlRefused(f"the host '{parsed.host}' does not resolve")
     # Every address must pass: a host with one public and one private address is refused.
     for address in addresses:
-        problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private)
+        problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private, allow_loopback)
         if problem:
+            fixable = problem in PRIVATE_PROBLEMS
             raise UrlRefused(
-                f"the host '{parsed.host}' resolves to {address}, {problem}; "
-                "push notifications (and proxied calls) are only sent to public addresses"
+                f"the host '{parsed.host}' resolves to {address}, {problem}; {purpose} only sent to "
+                f"public addresses" + (f" unless {setting}=true is set" if fixable else "")
             )
     return Target(url=parsed, address=addresses[0])

@@ -17,7 +17,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, TaskState
 
 from agents.builtin.history import earlier_user_messages, message_text
-from agents.registry import AUTHORIZATION_KEY
+from agents.registry import AUTHORIZATION_KEY, NoConfig
 
 GRANT_WORDS = {"approve", "approved", "yes", "grant", "granted", "allow", "allowed"}
 DENY_WORDS = {"deny", "denied", "no", "reject", "rejected", "decline", "declined"}
@@ -48,7 +48,12 @@ def read_decision(message: Message | None) -> tuple[str | None, str | None]:
 
 
 class ApprovalAgentExecutor(AgentExecutor):
-    default_description = "Waits for an approval (auth-required) before it carries out a request."
+    title = "Approval (auth-required)"
+    description = (
+        "Waits for an approval (auth-required) before it carries out a request; "
+        "an operator grants or denies it in the console."
+    )
+    config_model = NoConfig
     default_skills = [
         {
             "id": "approval",

@@ -77,7 +77,8 @@ def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: floa
     try:
         with httpx.Client(timeout=timeout, trust_env=False) as client:
             request = client.build_request("GET", target.pinned_url, headers=sent, extensions=extensions)
-            with client.send(request, stream=True, follow_redirects=False) as response:
+            response = client.send(request, stream=True, follow_redirects=False)
+            try:
                 if response.status_code != 200:
                     raise CardUnavailable(
                         f"{url} answered HTTP {response.status_code} {response.reason_phrase}, not a card."
@@ -87,6 +88,8 @@ def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: floa
                     body += chunk
                     if len(body) > MAX_CARD_BYTES:
                         raise CardUnavailable(f"{url} sent more than {MAX_CARD_BYTES} bytes: not a card.")
+            finally:
+                response.close()
     except httpx.TimeoutException:
         raise CardUnavailable(f"{url} did not answer within {timeout:g} s.") from None
     except httpx.HTTPError as exc:

@@ -108,6 +108,7 @@ class AgentForm(AgentChecksAfterFields):
             "skills",
             "config",
         ]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
         help_texts = {
             "slug": "Part of the agent's URL: /a2a/<tenant>/<slug>/. Suggested from the name; "
             "cannot be changed later.",

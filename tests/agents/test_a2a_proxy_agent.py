@@ -135,7 +135,10 @@ def test_the_seed_leaves_a_proxy_an_admin_pointed_elsewhere_alone(server):
 
 
 def test_a_proxy_with_a_card_url_reads_the_card_there(server, rpc, demo_agent):
-    config = {"url": server.agent_url("echo"), "card_url": server.agent_url("echo") + ".well-known/agent.json"}
+    config = {
+        "url": server.agent_url("echo"),
+        "card_url": server.agent_url("echo") + ".well-known/agent.json",
+    }
     proxy = demo_agent("proxy-with-card-url", "a2a_proxy", config)
     task = rpc("SendMessage", user_message("via card", new_id()), agent=proxy)["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", status_text(task)

@@ -7,7 +7,6 @@ Every page here fails the test on a browser console error (watch_console).
 import json
 import uuid
 
-import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent
@@ -15,21 +14,6 @@ from tests.console.conftest import orm, screenshot
 
 RANGE = '"duration" must be a number of seconds from 0 to 60, not 600.'
 BOGUS = '"bogus" is not a setting of the Long-running job (streaming) handler; its settings are: "duration".'
-
-
-@pytest.fixture
-def watch_console():
-    """watch_console(page): collect the page's console errors and uncaught exceptions; the test
-    fails at teardown if there were any."""
-    seen: list[str] = []
-
-    def watch(page):
-        page.on("console", lambda message: message.type == "error" and seen.append(message.text))
-        page.on("pageerror", lambda error: seen.append(f"uncaught: {error}"))
-        return page
-
-    yield watch
-    assert seen == [], f"browser console errors: {seen}"
 
 
 def test_an_owner_registers_an_agent_from_the_schema_form(server, sign_in, watch_console):
@@ -95,7 +79,11 @@ def test_an_owner_registers_an_agent_from_the_schema_form(server, sign_in, watch
     expect(alice.locator(".flash")).to_contain_text("is registered")
     expect(alice.get_by_test_id("agent-status")).to_contain_text("Serving calls")
     stored = orm(lambda: Agent.objects.get(tenant__slug="acme", slug=slug))
-    assert (stored.handler, stored.config, stored.name) == ("progress", {"duration": 2}, f"Nightly Crunch {suffix}")
+    assert (stored.handler, stored.config, stored.name) == (
+        "progress",
+        {"duration": 2},
+        f"Nightly Crunch {suffix}",
+    )
     # No skills given: the card has the handler's own.
     expect(alice.get_by_test_id("card-preview")).to_contain_text('"name": "Long-running job"')
 

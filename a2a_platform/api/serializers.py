@@ -131,7 +131,9 @@ class HandlerOutput(serializers.Serializer):
 
 
 class AgentImportInput(serializers.Serializer):
-    card_url = serializers.CharField(max_length=2000, help_text="URL of the remote agent's card (A2A 1.0 or 0.3)")
+    card_url = serializers.CharField(
+        max_length=2000, help_text="URL of the remote agent's card (A2A 1.0 or 0.3)"
+    )
     slug = serializers.RegexField(SLUG_PATTERN, max_length=50)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     visibility = serializers.ChoiceField(

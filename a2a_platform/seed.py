@@ -1,5 +1,7 @@
-"""The demo tenant a new user gets on first start. Running it again changes nothing."""
+"""The demo tenant a new user gets on first start. Running it again changes nothing
+(except where the demo proxy points: at the echo agent of the server being started)."""
 
+import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -18,13 +20,16 @@ DEMO_AGENTS = [
     ("approval", "Approval Agent", "approval", Agent.Visibility.PUBLIC),
     ("progress", "Long-running Agent", "progress", Agent.Visibility.PUBLIC),
     # Slugs allow lowercase letters, digits and hyphens only, hence "a2a-proxy"
-    # for the "a2a_proxy" handler. It has no remote URL in its config until a
-    # tenant admin sets one; until then its tasks fail with a message saying so.
+    # for the "a2a_proxy" handler. It fronts this server's own echo agent on
+    # loopback (allowed while DEBUG is on), so it works out of the box.
     ("a2a-proxy", "A2A Proxy Agent", "a2a_proxy", Agent.Visibility.PUBLIC),
     # The echo agent behind OAuth2: call it with the demo client's token.
     ("secure-echo", "Secure Echo Agent", "echo", Agent.Visibility.AUTHENTICATED),
 ]
 DEMO_CLIENT_NAME = "Demo client"
+DEMO_PROXY = "a2a-proxy"
+# A demo proxy config the seed wrote: {} (older seeds) or the local echo of some port.
+SEEDED_PROXY_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\]):\d+/a2a/demo/echo/$")
 ADMIN_USERNAME = "admin"
 # How to give the demo client a new secret (the first start's is shown once).
 ROTATE_DEMO_SECRET = f"oauth_client rotate-secret --tenant demo --name '{DEMO_CLIENT_NAME}'"
@@ -39,6 +44,10 @@ def admin_lines(password: str | None) -> list[str]:
     return [first, f"forgot it? python manage.py changepassword {ADMIN_USERNAME}"]
 
 
+def demo_proxy_config(local_base_url: str) -> dict:
+    return {"url": f"{local_base_url.rstrip('/')}/a2a/demo/echo/"}
+
+
 @dataclass
 class SeedResult:
     agents: list[str] = field(default_factory=list)
@@ -50,12 +59,15 @@ class SeedResult:
 
 
 @transaction.atomic
-def seed_demo() -> SeedResult:
+def seed_demo(local_base_url: str = "http://127.0.0.1:8000") -> SeedResult:
+    """Create the demo tenant, agents, admin and client; `local_base_url` is where this
+    server answers on loopback (`manage.py serve` passes its port), for the demo proxy."""
     result = SeedResult()
     tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
     for slug, name, handler, visibility in DEMO_AGENTS:
         defaults = handler_defaults(handler)
-        Agent.objects.get_or_create(
+        config = demo_proxy_config(local_base_url) if slug == DEMO_PROXY else {}
+        agent, created = Agent.objects.get_or_create(
             tenant=tenant,
             slug=slug,
             defaults={
@@ -64,8 +76,13 @@ def seed_demo() -> SeedResult:
                 "description": defaults["description"],
                 "skills": defaults["skills"],
                 "visibility": visibility,
+                "config": config,
             },
         )
+        # Served on another port since: follow it, unless an admin pointed the proxy elsewhere.
+        if not created and slug == DEMO_PROXY and agent.config != config and _seeded_proxy(agent.config):
+            agent.config = config
+            agent.save(update_fields=["config", "updated_at"])
         result.agents.append(slug)
     User = get_user_model()
     if not User.objects.filter(username=ADMIN_USERNAME).exists():
@@ -82,3 +99,11 @@ def seed_demo() -> SeedResult:
         )
     result.demo_client_id = client.client_id
     return result
+
+
+def _seeded_proxy(config) -> bool:
+    return config == {} or (
+        isinstance(config, dict)
+        and set(config) == {"url"}
+        and bool(SEEDED_PROXY_URL.match(str(config.get("url"))))
+    )

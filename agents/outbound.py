@@ -21,6 +21,17 @@ METADATA_ADDRESSES = frozenset(
 )
 
 
+# The refusals a private-networks setting lifts (metadata, multicast and reserved stay refused).
+PRIVATE_PROBLEMS = frozenset(
+    {
+        "a loopback address",
+        "a link-local address",
+        "a shared (carrier-grade NAT) address",
+        "a private address",
+    }
+)
+
+
 class UrlRefused(ValueError):
     """A URL the platform will not call; the message says why."""
 
@@ -37,7 +48,7 @@ class Target:
         return self.url.copy_with(host=self.address)
 
 
-def _address_problem(ip, allow_private: bool) -> str | None:
+def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped  # judged as the IPv4 address it carries
     if ip in METADATA_ADDRESSES:
@@ -47,7 +58,7 @@ def _address_problem(ip, allow_private: bool) -> str | None:
     if ip.is_multicast:
         return "a multicast address"
     if ip.is_loopback:
-        return None if allow_private else "a loopback address"
+        return None if allow_private or allow_loopback else "a loopback address"
     if ip.is_link_local:
         return None if allow_private else "a link-local address"
     if ip in SHARED_NETWORK:
@@ -59,19 +70,24 @@ def _address_problem(ip, allow_private: bool) -> str | None:
     return None
 
 
-def _refusal(host: str, address: str, problem: str) -> UrlRefused:
-    return UrlRefused(
-        f"the host '{host}' resolves to {address}, {problem}; "
-        "push notifications (and proxied calls) are only sent to public addresses"
-    )
+@dataclass(frozen=True)
+class Screen:
+    """What a caller of url_check allows, and how a refusal names the switch that would allow more."""
+
+    allow_private: bool
+    allow_loopback: bool = False
+    purpose: str = "push notifications are"
+    setting: str = "PUSH_ALLOW_PRIVATE_NETWORKS"
+
+    def refusal(self, host: str, address: str, problem: str) -> UrlRefused:
+        fixable = problem in PRIVATE_PROBLEMS
+        return UrlRefused(
+            f"the host '{host}' resolves to {address}, {problem}; {self.purpose} only sent to "
+            f"public addresses" + (f" unless {self.setting}=true is set" if fixable else "")
+        )
 
 
-def url_syntax_check(url: str, *, allow_private: bool) -> httpx.URL:
-    """Check what a URL says without resolving it: scheme, syntax, credentials, a literal address.
-
-    For URLs stored now and called later (push configs): a host that does not
-    resolve yet is accepted here, and url_check() screens it when it is called.
-    """
+def _parsed(url: str, screen: Screen) -> httpx.URL:
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
@@ -86,21 +102,40 @@ def url_syntax_check(url: str, *, allow_private: bool) -> httpx.URL:
         literal = ipaddress.ip_address(parsed.host.split("%")[0])
     except ValueError:
         return parsed  # a name: resolved and screened when it is called
-    problem = _address_problem(literal, allow_private)
+    problem = _address_problem(literal, screen.allow_private, screen.allow_loopback)
     if problem:
-        raise _refusal(parsed.host, parsed.host, problem)
+        raise screen.refusal(parsed.host, parsed.host, problem)
     return parsed
 
 
-def url_check(url: str, *, allow_private: bool) -> Target:
+def url_syntax_check(url: str, *, allow_private: bool) -> httpx.URL:
+    """Check what a URL says without resolving it: scheme, syntax, credentials, a literal address.
+
+    For URLs stored now and called later (push configs): a host that does not
+    resolve yet is accepted here, and url_check() screens it when it is called.
+    """
+    return _parsed(url, Screen(allow_private=allow_private))
+
+
+def url_check(
+    url: str,
+    *,
+    allow_private: bool,
+    allow_loopback: bool = False,
+    purpose: str = "push notifications are",
+    setting: str = "PUSH_ALLOW_PRIVATE_NETWORKS",
+) -> Target:
     """Resolve a URL and check every address it has; answer the one to connect to.
 
     Raises UrlRefused for a scheme other than http/https, credentials in the
     URL, a host that does not resolve, or any address that is loopback, private,
     link-local, shared, multicast, reserved, unspecified or cloud metadata
-    (private ones are allowed with allow_private: the caller's setting says).
+    (private ones are allowed with allow_private, loopback ones also with
+    allow_loopback: the caller's settings say). A refusal names `setting`, the
+    switch that would allow it, so whoever reads it knows what to change.
     """
-    parsed = url_syntax_check(url, allow_private=allow_private)
+    screen = Screen(allow_private, allow_loopback, purpose, setting)
+    parsed = _parsed(url, screen)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         infos = socket.getaddrinfo(parsed.host, port, type=socket.SOCK_STREAM)
@@ -111,7 +146,7 @@ def url_check(url: str, *, allow_private: bool) -> Target:
         raise UrlRefused(f"the host '{parsed.host}' does not resolve")
     # Every address must pass: a host with one public and one private address is refused.
     for address in addresses:
-        problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private)
+        problem = _address_problem(ipaddress.ip_address(address.split("%")[0]), allow_private, allow_loopback)
         if problem:
-            raise _refusal(parsed.host, address, problem)
+            raise screen.refusal(parsed.host, address, problem)
     return Target(url=parsed, address=addresses[0])

@@ -1,4 +1,4 @@
-"""Changes a tenant admin makes to agents: register, update, delete.
+"""Changes a tenant admin makes to agents: register, import, update, delete.
 
 The management commands, the management API and the console call these. Each
 validates first, writes in one transaction and records an audit event in the
@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 
 from agents.models import Agent
 from agents.registry import available_handlers, handler_defaults
+from agents.remote_cards import CardUnavailable, RemoteCard, card_fetch, card_url_of
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
@@ -66,6 +67,51 @@ def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fie
             details={"handler": handler, "visibility": agent.visibility},
         )
     return agent
+
+
+def agent_import_preview(card_url: str) -> RemoteCard:
+    """Fetch a remote agent's card (through the outbound screen) to show before importing it.
+
+    Raises ValidationError on `card_url` saying why the card cannot be used.
+    """
+    try:
+        remote = card_fetch(card_url.strip())
+    except CardUnavailable as exc:
+        raise ValidationError({"card_url": str(exc)}) from None
+    if not remote.jsonrpc_url:
+        raise ValidationError(
+            {"card_url": "The card lists no JSON-RPC interface, the one the platform's proxy speaks."}
+        )
+    return remote
+
+
+def agent_import(
+    *, tenant: Tenant, actor: str, card_url: str, slug: str, visibility: str, name: str = ""
+) -> Agent:
+    """Register an a2a_proxy agent that fronts the remote agent whose card is at `card_url`.
+
+    The card is fetched again here (a preview's copy is never trusted) and gives
+    the agent its name, description, version and skills; the proxy calls the
+    card's JSON-RPC interface. Callers reach it under this tenant's credentials
+    when `visibility` is authenticated.
+    """
+    remote = agent_import_preview(card_url)
+    card = remote.card
+    config = {"url": remote.jsonrpc_url}
+    if card_url.strip() != card_url_of(remote.jsonrpc_url):
+        config["card_url"] = card_url.strip()
+    return agent_register(
+        tenant=tenant,
+        actor=actor,
+        slug=slug,
+        handler="a2a_proxy",
+        name=name or card.name[:200],
+        description=card.description,
+        version=(card.version or "1.0.0")[:50],
+        skills=remote.data.get("skills", []),
+        config=config,
+        visibility=visibility,
+    )
 
 
 def agent_update(*, agent: Agent, actor: str, **fields) -> Agent:

@@ -159,7 +159,25 @@ class AgentCardOutput(serializers.Serializer):
 
 class HandlerOutput(serializers.Serializer):
     name = serializers.CharField()
+    title = serializers.CharField()
     description = serializers.CharField()
+    config_schema = serializers.JSONField(
+        allow_null=True,
+        help_text="JSON Schema of the handler's config (null: any JSON object); every write is checked by it",
+    )
+    default_config = serializers.JSONField(help_text="The values the handler uses for keys left out")
+    default_skills = serializers.JSONField(help_text="The card's skills when an agent lists none")
+
+
+class AgentImportInput(serializers.Serializer):
+    card_url = serializers.CharField(
+        max_length=2000, help_text="URL of the remote agent's card (A2A 1.0 or 0.3)"
+    )
+    slug = serializers.RegexField(SLUG_PATTERN, max_length=50)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    visibility = serializers.ChoiceField(
+        choices=Agent.Visibility.choices, required=False, default=Agent.Visibility.AUTHENTICATED
+    )
 
 
 # --- OAuth clients ------------------------------------------------------------------

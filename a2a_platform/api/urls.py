@@ -10,6 +10,7 @@ tenant_patterns = [
     path("", tenants.TenantDetailView.as_view(), name="tenant"),
     path("handlers/", tenants.HandlerListView.as_view(), name="handlers"),
     path("agents/", agents.AgentListView.as_view(), name="agents"),
+    path("agents/import/", agents.AgentImportView.as_view(), name="agent-import"),
     path("agents/<slug:agent>/", agents.AgentDetailView.as_view(), name="agent"),
     path("agents/<slug:agent>/enable/", agents.AgentEnableView.as_view(), name="agent-enable"),
     path("agents/<slug:agent>/disable/", agents.AgentDisableView.as_view(), name="agent-disable"),

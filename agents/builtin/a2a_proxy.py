@@ -1,10 +1,13 @@
 """Hosts a remote A2A agent behind the platform: forwards each turn, relays its events.
 
-Config: `{"url": "http://host/a2a/t/a/", "headers": {...}, "timeout": 300}`;
-only `url` is required. Each turn sends the user's message to the remote agent
-with the a2a-sdk client (streaming when the remote card allows it) and relays
-what comes back as events of the local task: status updates with their
-messages, and artifact chunks with their append/lastChunk flags.
+Config (ProxyConfig): `{"url": "http://host/a2a/t/a/", "card_url": "...",
+"headers": {...}, "timeout": 300}`; only `url` is required. The remote card is
+read from `card_url`, or from <url>/.well-known/agent-card.json, through the
+outbound screen (agents/remote_cards.py), and so is every interface it
+lists. Each turn sends the user's message to the remote agent with the
+a2a-sdk client (streaming when the remote card allows it) and relays what
+comes back as events of the local task: status updates with their messages,
+and artifact chunks with their append/lastChunk flags.
 
 Multi-turn: the remote task and context ids are stored in the local task's
 metadata (through the metadata of a status update) as soon as the remote task
@@ -40,11 +43,12 @@ from a2a.types import (
     TaskStatus,
 )
 from a2a.utils.errors import A2AError
-from django.conf import settings
 from google.protobuf.json_format import MessageToDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from agents.outbound import UrlRefused, url_check
+from agents.outbound import UrlRefused
 from agents.registry import ConfigInvalid
+from agents.remote_cards import CardUnavailable, card_fetch, card_url_of, proxy_url_check
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +58,8 @@ DEFAULT_TIMEOUT = 300.0
 # The longest a remote call may be allowed to take.
 LONGEST_TIMEOUT = 900
 CANCEL_TIMEOUT = 5.0
+# The health check's patience with the remote card: it runs while a page renders.
+READY_TIMEOUT = 2.0
 SETTLED_STATES = {
     TaskState.TASK_STATE_COMPLETED,
     TaskState.TASK_STATE_CANCELED,
@@ -66,6 +72,41 @@ SETTLED_STATES = {
 REMOTE_ERRORS = (A2AError, httpx.HTTPError, OSError, ValueError)
 
 
+# The config schema: the console renders it as a form; every write path validates it.
+class ProxyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title="A2A proxy")
+
+    url: str = Field(
+        title="URL",
+        min_length=1,
+        description="The remote agent's JSON-RPC URL. Its card is read from "
+        "<url>/.well-known/agent-card.json unless a card URL is given.",
+        examples=["https://agents.example.com/a2a/acme/helper/"],
+        json_schema_extra={"format": "uri"},
+    )
+    card_url: str = Field(
+        "",
+        title="Card URL",
+        description="Where the remote agent's card is, when it is not at <url>/.well-known/agent-card.json.",
+        examples=["https://agents.example.com/.well-known/agent-card.json"],
+        json_schema_extra={"format": "uri"},
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP headers sent with every call to the remote agent, e.g. its API key.",
+        examples=[{"Authorization": "Bearer <the remote agent's token>"}],
+    )
+    timeout: float = Field(
+        DEFAULT_TIMEOUT,
+        ge=1,
+        le=LONGEST_TIMEOUT,
+        allow_inf_nan=False,
+        description="Seconds one call to the remote agent may take.",
+        examples=[60],
+        json_schema_extra={"unit": "seconds"},
+    )
+
+
 class ProxyConfigError(Exception):
     pass
 
@@ -75,6 +116,11 @@ class RemoteTarget:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
+    card_url: str = ""
+
+    @property
+    def card_location(self) -> str:
+        return self.card_url or card_url_of(self.url)
 
 
 def remote_target(config: dict | None) -> RemoteTarget:
@@ -89,9 +135,15 @@ def remote_target(config: dict | None) -> RemoteTarget:
     # A tenant admin chooses this URL: the same screening as webhooks keeps the
     # proxy from reaching the platform's own network (SSRF).
     try:
-        url_check(url.strip(), allow_private=settings.PROXY_ALLOW_PRIVATE_NETWORKS)
+        proxy_url_check(url.strip())
     except UrlRefused as exc:
         raise ProxyConfigError(f'"url" in its config is refused: {exc}') from None
+    card_url = config.get("card_url") or ""
+    if card_url:
+        try:
+            proxy_url_check(str(card_url).strip())
+        except UrlRefused as exc:
+            raise ProxyConfigError(f'"card_url" in its config is refused: {exc}') from None
     headers = config.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise ProxyConfigError('"headers" in its config must map header names to strings')
@@ -99,18 +151,27 @@ def remote_target(config: dict | None) -> RemoteTarget:
         timeout = float(config.get("timeout", DEFAULT_TIMEOUT))
     except (TypeError, ValueError):
         raise ProxyConfigError('"timeout" in its config must be a number of seconds') from None
-    return RemoteTarget(url=url.strip(), headers=dict(headers), timeout=max(timeout, 1.0))
+    return RemoteTarget(
+        url=url.strip(), headers=dict(headers), timeout=max(timeout, 1.0), card_url=str(card_url).strip()
+    )
 
 
 @asynccontextmanager
 async def remote_client(target: RemoteTarget, timeout: float):
     """An a2a-sdk client for the remote agent, built from its agent card."""
-    # Our own httpx client carries the configured headers to the card fetch and every call.
+    # The card is read through the outbound screen, which checks every interface it lists.
+    try:
+        remote = await asyncio.to_thread(
+            card_fetch, target.card_location, headers=target.headers, timeout=min(timeout, 10.0)
+        )
+    except CardUnavailable as exc:
+        raise ValueError(str(exc)) from None
+    # Our own httpx client carries the configured headers to every call.
     async with httpx.AsyncClient(
-        headers=target.headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        headers=target.headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), trust_env=False
     ) as http:
         client = await create_client(
-            target.url, client_config=ClientConfig(streaming=True, httpx_client=http)
+            remote.card, client_config=ClientConfig(streaming=True, httpx_client=http)
         )
         try:
             yield client
@@ -126,7 +187,12 @@ def remembered_remote(task: Task | None) -> dict:
 
 
 class A2AProxyAgentExecutor(AgentExecutor):
-    default_description = "Forwards every request to a remote A2A agent and relays its answers."
+    title = "A2A proxy"
+    description = (
+        "Hosts a remote A2A agent behind the platform: forwards every request to it with the "
+        "a2a-sdk client and relays its answers, under this tenant's credentials."
+    )
+    config_model = ProxyConfig
     default_skills = [
         {
             "id": "a2a_proxy",
@@ -142,32 +208,34 @@ class A2AProxyAgentExecutor(AgentExecutor):
 
     @staticmethod
     def validate_config(config: dict) -> None:
-        """What remote_target() would refuse at call time, refused before the config is stored.
-
-        Resolves the URL's host (the SSRF screening needs its addresses), and a bit
-        stricter than remote_target(): "timeout" must be a number of seconds a turn
-        can last, and header values must not break a request.
-        """
-        url = config.get("url")
-        if url is not None and not isinstance(url, str):
-            raise ConfigInvalid('"url" in the config must be a string, the http(s) URL of an A2A agent.')
-        timeout = config.get("timeout", DEFAULT_TIMEOUT)
-        longest = LONGEST_TIMEOUT
-        number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
-        if not (number and 1 <= timeout <= longest):
-            # The agent's own turn time limit (Agent.turn_timeout) bounds it too.
-            raise ConfigInvalid(f'"timeout" must be a number of seconds from 1 to {longest}.')
+        """What the schema cannot say, checked once it passed: the URLs are http(s) and may be
+        called (this resolves their hosts), and header values do not break a request."""
         try:
             target = remote_target(config)
         except ProxyConfigError as exc:
             # remote_target() words it for a status message about "this proxy agent".
             message = str(exc).replace("its config", "the config")
-            raise ConfigInvalid(f"{message[:1].upper()}{message[1:]}.") from None
+            key = "card_url" if message.startswith('"card_url"') else "url"
+            raise ConfigInvalid(f"{message[:1].upper()}{message[1:]}.", key=key) from None
         except ValueError as exc:  # urlsplit() refuses some URLs outright
-            raise ConfigInvalid(f'"url" in the config is not a valid URL: {exc}.') from None
+            raise ConfigInvalid(f'"url" in the config is not a valid URL: {exc}.', key="url") from None
         for name, value in target.headers.items():
             if not name.strip() or any(c in f"{name}{value}" for c in "\r\n\x00"):
-                raise ConfigInvalid(f'"headers" in the config has an invalid header: {name!r}.')
+                raise ConfigInvalid(
+                    f'"headers" in the config has an invalid header: {name!r}.', key="headers"
+                )
+
+    @staticmethod
+    def check_ready(config: dict) -> None:
+        """The remote agent answers with a usable card, within READY_TIMEOUT seconds."""
+        try:
+            target = remote_target(config)
+        except ProxyConfigError as exc:
+            raise ConfigInvalid(f"{exc}.") from None
+        try:
+            card_fetch(target.card_location, headers=target.headers, timeout=READY_TIMEOUT)
+        except CardUnavailable as exc:
+            raise ConfigInvalid(f"the remote agent is unreachable: {exc}") from None
 
     def __init__(self, config: dict | None = None):
         self.config = config or {}

@@ -16,12 +16,18 @@ from a2a.types import TaskState
 
 from agents.approvals import APPROVERS, GRANTED, authorization_of, requested_decision
 from agents.builtin.history import earlier_user_messages, message_text
+from agents.registry import NoConfig
 
 EXPECTED = 'An approver replies "approve" to let it run or "deny" to refuse it. ' + APPROVERS
 
 
 class ApprovalAgentExecutor(AgentExecutor):
-    default_description = "Waits for an approval (auth-required) before it carries out a request."
+    title = "Approval (auth-required)"
+    description = (
+        "Waits for an approval (auth-required) before it carries out a request; "
+        "an operator grants or denies it in the console."
+    )
+    config_model = NoConfig
     default_skills = [
         {
             "id": "approval",

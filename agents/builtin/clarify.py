@@ -12,12 +12,17 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
 
 from agents.builtin.history import earlier_user_messages, message_text
+from agents.registry import NoConfig
 
 QUESTION = "Before I start: who is this for, and how detailed should the answer be?"
 
 
 class ClarifyAgentExecutor(AgentExecutor):
-    default_description = "Asks a clarifying question, then answers with your request and your reply."
+    title = "Clarify (input-required)"
+    description = (
+        "Asks a clarifying question (input-required), then answers with your request and your reply."
+    )
+    config_model = NoConfig
     default_skills = [
         {
             "id": "clarify",

@@ -6,9 +6,13 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
 
+from agents.registry import NoConfig
+
 
 class EchoAgentExecutor(AgentExecutor):
-    default_description = "Answers every message with the text it received."
+    title = "Echo"
+    description = "Answers every message with the text it received: the hello world of A2A, to try first."
+    config_model = NoConfig
     default_skills = [
         {
             "id": "echo_bot",

@@ -4,11 +4,11 @@ Over about `duration` seconds (config key, default 3.0, capped) it sends a
 WORKING status update per step and one artifact chunk per step: the first
 chunk starts the artifact, later ones carry `append`, the last `lastChunk`.
 It only awaits asyncio.sleep between steps, so a cancel stops it at once.
-A new or changed config must have a `duration` from 0 to MAX_DURATION, if any.
+A new or changed config must fit ProgressConfig: a `duration` from 0 to
+MAX_DURATION, if any, and no other keys.
 """
 
 import asyncio
-import json
 import math
 
 from a2a.helpers import new_text_message, new_text_part
@@ -16,14 +16,28 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.builtin.history import message_text
-from agents.registry import ConfigInvalid
 
 DEFAULT_DURATION = 3.0
 # A demo agent should never hold a worker for long, whatever its config says.
 MAX_DURATION = 60.0
 STEPS = 4
+
+
+class ProgressConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title="Long-running job")
+
+    duration: float = Field(
+        DEFAULT_DURATION,
+        ge=0,
+        le=MAX_DURATION,
+        allow_inf_nan=False,
+        description=f"Seconds the job takes, spread over its {STEPS} steps.",
+        examples=[3, 10],
+        json_schema_extra={"unit": "seconds"},
+    )
 
 
 def configured_duration(config: dict | None) -> float:
@@ -38,7 +52,12 @@ def configured_duration(config: dict | None) -> float:
 
 
 class ProgressAgentExecutor(AgentExecutor):
-    default_description = "A long-running job that reports progress and streams its result in chunks."
+    title = "Long-running job (streaming)"
+    description = (
+        "A long-running job that reports progress and streams its result in chunks; "
+        "it can be canceled while it runs."
+    )
+    config_model = ProgressConfig
     default_skills = [
         {
             "id": "progress",
@@ -51,21 +70,6 @@ class ProgressAgentExecutor(AgentExecutor):
             "examples": ["Crunch the numbers"],
         }
     ]
-
-    @staticmethod
-    def validate_config(config: dict) -> None:
-        """Refuse a `duration` that is not a number of seconds in range (other keys are ignored)."""
-        if "duration" not in config:
-            return
-        duration = config["duration"]
-        # bool is an int to Python, not a duration to anyone; NaN fails the comparison.
-        number = isinstance(duration, int | float) and not isinstance(duration, bool)
-        if not (number and 0 <= duration <= MAX_DURATION):
-            shown = json.dumps(duration, default=str)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise ConfigInvalid(
-                f'"duration" must be a number of seconds from 0 to {MAX_DURATION:g}, not {shown}.'
-            )
 
     def __init__(self, config: dict | None = None):
         self.duration = configured_duration(config)

@@ -105,20 +105,65 @@ def test_an_unreachable_remote_fails_with_a_readable_reason(server, rpc, demo_ag
     assert "\n" not in reason
 
 
-def test_the_seeded_proxy_without_a_url_fails_saying_it_needs_one(rpc):
+def test_the_seeded_proxy_fronts_the_local_echo_agent_out_of_the_box(server, rpc):
+    from a2a_platform.seed import seed_demo
+    from agents.models import Agent
+
+    # `manage.py serve` seeds with its own address; the test server's is another port.
+    seed_demo(local_base_url=server.base_url)
+    seeded = Agent.objects.get(tenant__slug="demo", slug="a2a-proxy")
+    assert seeded.config == {"url": server.agent_url("echo")}
     task = rpc("SendMessage", user_message("hello", new_id()), agent="a2a-proxy")["result"]["task"]
-    assert task["status"]["state"] == "TASK_STATE_FAILED"
-    assert status_text(task) == (
-        'This proxy agent is not set up correctly: its config has no "url" of a remote A2A agent.'
-    )
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", status_text(task)
+    assert artifact_text(task) == "Hello, World! I have received your request (hello)"
+    assert remote_task_of(task).agent.slug == "echo"
+
+
+def test_the_seed_leaves_a_proxy_an_admin_pointed_elsewhere_alone(server):
+    from a2a_platform.seed import seed_demo
+    from agents.models import Agent
+
+    elsewhere = {"url": server.agent_url("clarify"), "timeout": 30}
+    Agent.objects.filter(tenant__slug="demo", slug="a2a-proxy").update(config=elsewhere)
+    try:
+        seed_demo(local_base_url="http://127.0.0.1:9999")
+        assert Agent.objects.get(tenant__slug="demo", slug="a2a-proxy").config == elsewhere
+    finally:
+        Agent.objects.filter(tenant__slug="demo", slug="a2a-proxy").update(
+            config={"url": server.agent_url("echo")}
+        )
+
+
+def test_a_proxy_with_a_card_url_reads_the_card_there(server, rpc, demo_agent):
+    config = {
+        "url": server.agent_url("echo"),
+        "card_url": server.agent_url("echo") + ".well-known/agent.json",
+    }
+    proxy = demo_agent("proxy-with-card-url", "a2a_proxy", config)
+    task = rpc("SendMessage", user_message("via card", new_id()), agent=proxy)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", status_text(task)
+    assert artifact_text(task) == "Hello, World! I have received your request (via card)"
 
 
 def test_a_remote_url_on_the_platforms_own_network_is_refused(settings):
     from agents.builtin.a2a_proxy import ProxyConfigError, remote_target
 
     settings.PROXY_ALLOW_PRIVATE_NETWORKS = False
+    settings.DEBUG = False
     for url in ("http://127.0.0.1:8000/a2a/demo/echo/", "http://169.254.169.254/latest/", "http://10.0.0.8/"):
         with pytest.raises(ProxyConfigError, match="refused"):
             remote_target({"url": url})
+    with pytest.raises(ProxyConfigError) as refused:
+        remote_target({"url": "http://127.0.0.1:8000/a2a/demo/echo/"})
+    assert str(refused.value).endswith(
+        "a loopback address; proxied calls are only sent to public addresses "
+        "unless PROXY_ALLOW_PRIVATE_NETWORKS=true is set"
+    )
+    # Debug mode allows loopback (the seeded demo), not the rest of the private ranges.
+    settings.DEBUG = True
+    assert remote_target({"url": "http://127.0.0.1:8000/a2a/demo/echo/"}).url.startswith("http://127.0.0.1")
+    with pytest.raises(ProxyConfigError, match="a private address"):
+        remote_target({"url": "http://10.0.0.8/"})
+    settings.DEBUG = False
     settings.PROXY_ALLOW_PRIVATE_NETWORKS = True
     assert remote_target({"url": "http://127.0.0.1:8000/a2a/demo/echo/"}).url.startswith("http://127.0.0.1")

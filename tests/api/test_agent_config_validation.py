@@ -22,12 +22,21 @@ from tests.api.test_api_isolation import call
 
 trio = tenancy.trio
 
+URL_HELP = (
+    "The remote agent's JSON-RPC URL. Its card is read from "
+    "<url>/.well-known/agent-card.json unless a card URL is given."
+)
+PROGRESS_BOGUS = (
+    '"bogus" is not a setting of the Long-running job (streaming) handler; its settings are: "duration".'
+)
 BAD_CONFIGS = [
     ("progress", {"duration": "abc"}, '"duration" must be a number of seconds from 0 to 60, not "abc".'),
     ("progress", {"duration": 3600}, '"duration" must be a number of seconds from 0 to 60, not 3600.'),
     ("progress", {"duration": True}, '"duration" must be a number of seconds from 0 to 60, not true.'),
-    ("a2a_proxy", {"url": 5}, '"url" in the config must be a string, the http(s) URL of an A2A agent.'),
-    ("a2a_proxy", {}, 'The config has no "url" of a remote A2A agent.'),
+    ("a2a_proxy", {"url": 5}, '"url" must be an http(s) URL, not 5.'),
+    ("a2a_proxy", {}, '"url" is required: ' + URL_HELP),
+    ("progress", {"duration": 3, "bogus": 1}, PROGRESS_BOGUS),
+    ("echo", {"anything": "goes"}, 'The Echo handler takes no settings: remove "anything".'),
     (
         "a2a_proxy",
         {"url": "ftp://example.com/agent/"},
@@ -36,12 +45,12 @@ BAD_CONFIGS = [
     (
         "a2a_proxy",
         {"url": "http://127.0.0.1:9/a2a/acme/lobby/", "timeout": "soon"},
-        '"timeout" must be a number of seconds from 1 to 900.',
+        '"timeout" must be a number of seconds from 1 to 900, not "soon".',
     ),
     (
         "a2a_proxy",
         {"url": "http://127.0.0.1:9/a2a/acme/lobby/", "headers": {"X-Key": 42}},
-        '"headers" in the config must map header names to strings.',
+        '"headers" must be an object of names to strings, not {"X-Key": 42}.',
     ),
 ]
 
@@ -79,14 +88,15 @@ def test_registering_with_a_config_the_handler_cannot_run_is_refused_on_the_conf
     assert audit_events(slug) == []
 
 
-def test_good_configs_are_stored_and_unknown_keys_pass(trio):
+def test_good_configs_are_stored_as_sent(trio):
     alice = trio.token("acme", user="alice")
     remote = f"{trio.base_url}/a2a/acme/lobby/"
     good = [
-        ("progress", {"duration": 0.5, "added-later": {"any": "thing"}}),
+        ("progress", {"duration": 0.5}),
         ("progress", {}),
-        ("a2a_proxy", {"url": remote, "timeout": 30, "headers": {"X-Trace": "on"}, "note": "kept"}),
-        # A handler with no validate_config (from A2A_EXTRA_HANDLERS) takes any JSON object.
+        ("echo", {}),
+        ("a2a_proxy", {"url": remote, "timeout": 30, "headers": {"X-Trace": "on"}}),
+        # A handler with no config_model (from A2A_EXTRA_HANDLERS) takes any JSON object.
         ("silent", {"whatever": [1, "two", None]}),
     ]
     for handler, config in good:
@@ -124,7 +134,13 @@ def test_changing_the_config_or_handler_is_checked_and_a_refusal_changes_nothing
     # A new handler is checked against the config the agent keeps.
     refused = call(trio, "PATCH", "acme", f"agents/{slug}/", alice, {"handler": "a2a_proxy"})
     assert refused.status_code == 400
-    assert refused.json() == {"config": ['The config has no "url" of a remote A2A agent.']}
+    # Every key at fault is named: the missing url, and the progress setting the proxy does not take.
+    assert refused.json() == {
+        "config": [
+            '"url" is required: ' + URL_HELP + ' "duration" is not a setting of the A2A proxy handler; '
+            'its settings are: "url", "card_url", "headers", "timeout".'
+        ]
+    }
     stored = Agent.objects.get(tenant__slug="acme", slug=slug)
     assert (stored.handler, stored.name, stored.config) == ("progress", slug, {"duration": 1})
     assert audit_events(slug) == ["agent.create"]
@@ -174,8 +190,11 @@ def test_a_proxy_url_on_the_platforms_own_network_is_refused_unless_private_netw
         for url in ("http://127.0.0.1:8000/a2a/demo/echo/", "http://localhost/", "http://10.0.0.8/"):
             with pytest.raises(
                 ConfigInvalid, match=r'^"url" in the config is refused: the host .* resolves to'
-            ):
+            ) as refused:
                 validate_handler_config("a2a_proxy", {"url": url})
+            # The refusal names the switch that would allow it, not push notifications.
+            assert "unless PROXY_ALLOW_PRIVATE_NETWORKS=true is set" in str(refused.value)
+            assert "push" not in str(refused.value)
         with pytest.raises(ConfigInvalid, match="metadata|link-local|reserved"):
             validate_handler_config("a2a_proxy", {"url": "http://169.254.169.254/latest/"})
         # The model check, which the API, console, command and admin all go through, says the same.
@@ -187,11 +206,19 @@ def test_a_proxy_url_on_the_platforms_own_network_is_refused_unless_private_netw
         assert "loopback" in refused.value.message_dict["config"][0]
     with override_settings(PROXY_ALLOW_PRIVATE_NETWORKS=True):
         validate_handler_config("a2a_proxy", {"url": "http://127.0.0.1:8000/a2a/demo/echo/"})
+    # In debug mode (the embedded default) loopback is allowed, for the local demo; private is not.
+    with override_settings(DEBUG=True, PROXY_ALLOW_PRIVATE_NETWORKS=False):
+        validate_handler_config("a2a_proxy", {"url": "http://127.0.0.1:8000/a2a/demo/echo/"})
+        with pytest.raises(ConfigInvalid, match="a private address.*PROXY_ALLOW_PRIVATE_NETWORKS"):
+            validate_handler_config("a2a_proxy", {"url": "http://10.0.0.8/"})
 
 
 def test_validate_handler_config_on_its_own():
-    validate_handler_config("echo", {"anything": "goes"})
+    validate_handler_config("echo", {})
     validate_handler_config("progress", {"duration": 60})
+    with pytest.raises(ConfigInvalid, match='remove "anything"') as refused:
+        validate_handler_config("echo", {"anything": "goes"})
+    assert refused.value.key == "anything"
     for config in ([1, 2], "text", None):
         with pytest.raises(ConfigInvalid, match="config must be a JSON object"):
             validate_handler_config("echo", config)

@@ -19,7 +19,8 @@ def test_the_schema_is_valid_openapi_and_covers_every_endpoint(trio):
     paths = set(schema["paths"])
     assert "/api/v1/tenants/{tenant}/tasks/{task_id}/answer/" in paths
     assert "/api/v1/tenants/{tenant}/clients/{client_id}/revoke/" in paths
-    assert len(paths) == 20
+    assert "/api/v1/tenants/{tenant}/agents/import/" in paths
+    assert len(paths) == 21
     assert "oauth2" in schema["components"]["securitySchemes"]
 
 

@@ -179,3 +179,18 @@ def screenshot(page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+@pytest.fixture
+def watch_console():
+    """watch_console(page): collect the page's console errors and uncaught exceptions; the test
+    fails at teardown if there were any."""
+    seen: list[str] = []
+
+    def watch(page):
+        page.on("console", lambda message: message.type == "error" and seen.append(message.text))
+        page.on("pageerror", lambda error: seen.append(f"uncaught: {error}"))
+        return page
+
+    yield watch
+    assert seen == [], f"browser console errors: {seen}"

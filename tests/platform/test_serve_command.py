@@ -110,6 +110,23 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
             assert "Hello, World! I have received your request (hi)" in answer
             task_ids.append(re.search(r'"task": \{\s*"id": "([0-9a-f-]{36})"', answer).group(1))
         assert task_ids[0] != task_ids[1]
+        # The seeded proxy fronts this server's own echo agent: it works out of the box
+        # (loopback is allowed in debug mode, the embedded default, with no setting).
+        proxied = httpx.post(
+            f"http://127.0.0.1:{port}/a2a/demo/a2a-proxy/",
+            json={
+                "jsonrpc": "2.0",
+                "id": "req-2",
+                "method": "SendMessage",
+                "params": {
+                    "message": {"role": "ROLE_USER", "messageId": "msg-p", "parts": [{"text": "via"}]}
+                },
+            },
+            headers={"A2A-Version": "1.0"},
+            timeout=60,
+        ).json()["result"]["task"]
+        assert proxied["status"]["state"] == "TASK_STATE_COMPLETED", proxied
+        assert "I have received your request (via)" in json.dumps(proxied)
         health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
         assert health == {"status": "ok"}
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz").json()
@@ -139,8 +156,9 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
             db.execute("SELECT DISTINCT slug FROM agents_agent").fetchall()
         )
         assert db.execute("SELECT count(*) FROM auth_user").fetchone() == (1,)
-        # The two tasks the printed curl created are still there after the restart.
-        assert db.execute("SELECT count(*) FROM tasks_app_task").fetchone() == (2,)
+        # The tasks made before the restart are still there: the printed curl's two, and the
+        # proxy's with the echo task it forwarded to.
+        assert db.execute("SELECT count(*) FROM tasks_app_task").fetchone() == (4,)
 
 
 def test_banner_names_the_real_database_and_worker_and_lines_up_the_agents(db_settings, tmp_path):

@@ -4,12 +4,18 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
 from a2a_platform.api.access import PUBLISH_SCOPE
-from a2a_platform.api.serializers import AgentCardOutput, AgentCreateInput, AgentOutput, AgentUpdateInput
+from a2a_platform.api.serializers import (
+    AgentCardOutput,
+    AgentCreateInput,
+    AgentImportInput,
+    AgentOutput,
+    AgentUpdateInput,
+)
 from a2a_platform.api.views.base import TenantView
 from agents.access import get_agent_for_tenant
 from agents.cards import card_dict, public_base_url
 from agents.models import Agent
-from agents.services import agent_delete, agent_register, agent_update
+from agents.services import agent_delete, agent_import, agent_register, agent_update
 
 
 class AgentView(TenantView):
@@ -46,6 +52,21 @@ class AgentListView(AgentView):
             data.validated_data.get("visibility", Agent.Visibility.PUBLIC), Agent.Visibility.AUTHENTICATED
         )
         agent = agent_register(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
+        return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
+
+
+class AgentImportView(AgentView):
+    @extend_schema(
+        request=AgentImportInput,
+        responses={201: AgentOutput},
+        summary="Import a remote A2A agent from its card: an a2a_proxy agent that fronts it",
+    )
+    def post(self, request, tenant):
+        data = AgentImportInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        # Importing as a public agent opens it, as registering one does.
+        self.check_visibility(data.validated_data["visibility"], Agent.Visibility.AUTHENTICATED)
+        agent = agent_import(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
         return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
 
 

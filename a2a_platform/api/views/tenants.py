@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from a2a_platform.api.access import API_SCOPES, MANAGE_SCOPE, IsAuthenticatedPrincipal, tenants_of
 from a2a_platform.api.serializers import HandlerOutput, TenantDetailOutput, TenantOutput, TenantUpdateInput
 from a2a_platform.api.views.base import TenantView
-from agents.registry import available_handlers, handler_defaults
+from agents.registry import HandlerNotAvailable, available_handlers, handler_info
 from tasks_app.quotas import quota_usage
 from tenants.models import LIMIT_FIELDS, Tenant
 from tenants.services import tenant_settings_update
@@ -63,8 +63,20 @@ class TenantDetailView(TenantView):
 class HandlerListView(TenantView):
     @extend_schema(responses=HandlerOutput(many=True), summary="Handler names an agent can use")
     def get(self, request, tenant):
-        rows = [
-            {"name": name, "description": handler_defaults(name)["description"]}
-            for name in sorted(available_handlers())
-        ]
+        rows = []
+        for name in sorted(available_handlers()):
+            try:
+                info = handler_info(name)
+            except HandlerNotAvailable:
+                continue  # a handler that does not load cannot be chosen either
+            rows.append(
+                {
+                    "name": name,
+                    "title": info.title,
+                    "description": info.description,
+                    "config_schema": info.config_schema,
+                    "default_config": info.default_config,
+                    "default_skills": info.default_skills,
+                }
+            )
         return Response(HandlerOutput(rows, many=True).data)

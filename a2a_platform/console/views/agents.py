@@ -9,11 +9,13 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from a2a_platform.console.access import Role, tenant_view
-from a2a_platform.console.forms import AgentForm
+from a2a_platform.console.forms import AgentForm, AgentImportForm, suggest_slug
 from a2a_platform.console.views.base import actor, render_console
 from agents.access import get_agent_for_tenant
 from agents.cards import agent_url, card_dict, public_base_url
-from agents.services import agent_register, agent_update
+from agents.health import agent_health, agents_health
+from agents.models import Agent
+from agents.services import agent_import, agent_import_preview, agent_register, agent_update
 
 # What the form edits and the services store: every form field but the slug (the URL).
 AGENT_FORM_FIELDS = tuple(name for name in AgentForm.Meta.fields if name != "slug")
@@ -22,7 +24,11 @@ AGENT_FORM_FIELDS = tuple(name for name in AgentForm.Meta.fields if name != "slu
 @require_GET
 @tenant_view()
 def agent_list(request):
-    agents = request.console.tenant.agents.annotate(task_count=Count("tasks")).order_by("name", "pk")
+    agents = list(request.console.tenant.agents.annotate(task_count=Count("tasks")).order_by("name", "pk"))
+    # Cached per agent for a minute (agents/health.py): a live refresh costs no network call.
+    health = agents_health(agents)
+    for agent in agents:
+        agent.health = health[agent.pk]
     return render_console(request, "console/agents/list.html", {"agents": agents})
 
 
@@ -71,8 +77,24 @@ def agent_detail(request, slug: str):
             "card_error": card_error,
             "curl": _curl_examples(agent, url, base_url),
             "config": json.dumps(agent.config, indent=2, ensure_ascii=False),
+            "health": agent_health(agent),
         },
     )
+
+
+@require_POST
+@tenant_view()
+def agent_check(request, slug: str):
+    """ "Check now": run the agent's health check afresh (any member may; it changes nothing)."""
+    agent = get_agent_for_tenant(request.console.tenant, slug)
+    if agent is None:
+        raise Http404("No such agent")
+    health = agent_health(agent, fresh=True)
+    if health.ok:
+        messages.success(request, f"Checked: {agent.name} can serve calls.")
+    else:
+        messages.error(request, f"Checked: {agent.name} can't serve. {health.reason}")
+    return redirect("console:agent", tenant=agent.tenant.slug, slug=agent.slug)
 
 
 @require_http_methods(["GET", "POST"])
@@ -102,8 +124,15 @@ def agent_edit(request, slug: str):
     if agent is None:
         raise Http404("No such agent")
     form = AgentForm(request.POST or None, instance=agent, tenant=tenant)
+    # Before the form fills the instance in: the config may come from fields the raw text never saw.
+    stored = {name: getattr(agent, name) for name in AGENT_FORM_FIELDS}
     if request.method == "POST" and form.is_valid():
-        changed = {name: form.cleaned_data[name] for name in form.changed_data if name in AGENT_FORM_FIELDS}
+        changed = {
+            name: form.cleaned_data[name]
+            for name in AGENT_FORM_FIELDS
+            if form.cleaned_data[name] != stored[name]
+            or (name == "config" and json.dumps(form.cleaned_data[name]) != json.dumps(stored[name]))
+        }
         try:
             agent_update(agent=agent, actor=actor(request), **changed)
         except ValidationError as exc:
@@ -124,3 +153,66 @@ def agent_toggle(request, slug: str):
     agent_update(agent=agent, actor=actor(request), enabled=enabled)
     messages.success(request, f"Agent {'enabled' if enabled else 'disabled'}.")
     return redirect("console:agent", tenant=agent.tenant.slug, slug=agent.slug)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OWNER)
+def agent_import_view(request):
+    """Paste a card URL, see what the card says, confirm: an a2a_proxy agent fronts the remote one."""
+    tenant = request.console.tenant
+    form = AgentImportForm(request.POST or None)
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            if request.POST.get("confirm") == "1":
+                agent = agent_import(
+                    tenant=tenant,
+                    actor=actor(request),
+                    card_url=data["card_url"],
+                    slug=data["slug"] or _suggested_slug(tenant, data["name"] or "remote-agent"),
+                    name=data["name"],
+                    visibility=data["visibility"],
+                )
+                messages.success(request, f"Agent {agent.name} is imported and serving.")
+                return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
+            preview = _import_preview(tenant, form, agent_import_preview(data["card_url"]))
+        except ValidationError as exc:
+            _add_errors(form, exc)
+    return render_console(request, "console/agents/import.html", {"form": form, "preview": preview})
+
+
+def _import_preview(tenant, form, remote) -> dict:
+    card = remote.data
+    # Suggest a slug and name from the card; what the admin typed wins.
+    if not form.cleaned_data["slug"]:
+        form.data = form.data.copy()
+        form.data["slug"] = _suggested_slug(tenant, card.get("name", ""))
+    return {
+        "name": card.get("name", ""),
+        "description": card.get("description", ""),
+        "version": card.get("version", ""),
+        "skills": card.get("skills", []),
+        "interfaces": card.get("supportedInterfaces", []),
+        "jsonrpc_url": remote.jsonrpc_url,
+        "secured": bool(card.get("securityRequirements")),
+    }
+
+
+def _suggested_slug(tenant, name: str) -> str:
+    base = suggest_slug(name)[:40].strip("-") or "remote-agent"
+    taken = set(Agent.objects.filter(tenant=tenant, slug__startswith=base).values_list("slug", flat=True))
+    slug, number = base, 2
+    while slug in taken:
+        slug, number = f"{base}-{number}", number + 1
+    return slug
+
+
+def _add_errors(form, exc: ValidationError) -> None:
+    if hasattr(exc, "error_dict"):
+        for field, errors in exc.message_dict.items():
+            target = field if field in form.fields else None
+            for error in errors:
+                form.add_error(target, error)
+    else:
+        form.add_error(None, exc)

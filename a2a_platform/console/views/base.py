@@ -16,7 +16,14 @@ from a2a_platform.console.access import console_tenants
 from tasks_app.models import Task, TaskState
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "static" / "console"
-ASSETS = {"console.css": "text/css", "console.js": "text/javascript", "favicon.svg": "image/svg+xml"}
+ASSETS = {
+    "console.css": "text/css",
+    "console.js": "text/javascript",
+    # The agent register/edit/import pages (templates/console/agents/).
+    "agents.css": "text/css",
+    "agents.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 
 
 def queue_counts(tenant) -> dict[str, int]:

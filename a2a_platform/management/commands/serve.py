@@ -89,7 +89,9 @@ class Command(BaseCommand):
         # `kill -USR1 <pid>` prints every thread's stack: a stuck turn shows where it waits.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         call_command("migrate", interactive=False, verbosity=0)
-        seeded = seed_demo() if not no_seed else None
+        # The demo proxy fronts this server's own echo agent, over loopback.
+        loopback = "127.0.0.1" if host in ("0.0.0.0", "::", "", "localhost") else host
+        seeded = seed_demo(local_base_url=f"http://{loopback}:{port}") if not no_seed else None
         admin_password = seeded.admin_password if seeded else None
         if settings.EMBEDDED_WORKER:
             start_embedded_worker()

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.access import get_agent_for_tenant
 from agents.models import Agent
-from agents.registry import available_handlers
+from agents.registry import HandlerNotAvailable, available_handlers, expected_text, handler_info
 from agents.services import agent_register, agent_update
 from tenants.management.commands._util import CLI_ACTOR, tenant_or_error, validation_message
 
@@ -43,10 +43,13 @@ class Command(BaseCommand):
         enabled = update.add_mutually_exclusive_group()
         enabled.add_argument("--enable", dest="enabled", action="store_true", default=None)
         enabled.add_argument("--disable", dest="enabled", action="store_false")
+        actions.add_parser("handlers", help="List the handlers and the config each one takes")
 
     def handle(self, *args, action, **options):
         if action == "update":
             return self._update(options)
+        if action == "handlers":
+            return self._handlers()
         tenant = tenant_or_error(options["tenant"])
         visibility = Agent.Visibility.AUTHENTICATED if options["authenticated"] else Agent.Visibility.PUBLIC
         try:
@@ -70,6 +73,26 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Agent '{agent.slug}' ({agent.visibility}) created at /a2a/{tenant.slug}/{agent.slug}/"
         )
+
+    def _handlers(self) -> None:
+        for name in sorted(available_handlers()):
+            try:
+                info = handler_info(name)
+            except HandlerNotAvailable as exc:
+                self.stdout.write(f"{name}: {exc}")
+                continue
+            self.stdout.write(f"{name}: {info.title}. {info.description}")
+            if info.config_schema is None:
+                self.stdout.write("  config: any JSON object")
+                continue
+            properties = info.config_schema.get("properties", {})
+            required = set(info.config_schema.get("required", []))
+            if not properties:
+                self.stdout.write("  config: none ({})")
+            for key, prop in properties.items():
+                default = f", default {json.dumps(prop['default'])}" if "default" in prop else ""
+                need = "required, " if key in required else ""
+                self.stdout.write(f"  config.{key}: {need}{expected_text(prop)}{default}")
 
     def _update(self, options) -> None:
         tenant = tenant_or_error(options["tenant"])

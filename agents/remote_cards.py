@@ -1,0 +1,118 @@
+"""Fetching a remote A2A agent's card through the outbound URL screen.
+
+The console's "Import agent" page, the a2a_proxy handler and the agent health
+check read remote cards here. The card URL, and every interface URL the card
+lists, pass the same screen as webhooks (agents/outbound.py) with the proxy's
+settings: loopback is allowed while DEBUG is on (a local demo), private
+addresses only with PROXY_ALLOW_PRIVATE_NETWORKS. The request goes to the
+address that was checked, with no redirects and no proxies from the
+environment, so the screen cannot be talked around.
+"""
+
+import json
+from dataclasses import dataclass
+
+import httpx
+from a2a.client.card_resolver import parse_agent_card
+from a2a.types import AgentCard
+from django.conf import settings
+from google.protobuf.json_format import MessageToDict, ParseError
+
+from agents.outbound import Target, UrlRefused, url_check
+
+CARD_PATH = ".well-known/agent-card.json"
+# A card is a small JSON document; anything much bigger is not one.
+MAX_CARD_BYTES = 1024 * 1024
+
+
+class CardUnavailable(Exception):
+    """The card could not be read or used; the message says why, for a form or a status."""
+
+
+def proxy_url_check(url: str) -> Target:
+    """The outbound screen with the settings of agent proxies (UrlRefused names the setting)."""
+    return url_check(
+        url,
+        allow_private=settings.PROXY_ALLOW_PRIVATE_NETWORKS,
+        allow_loopback=settings.DEBUG,
+        purpose="proxied calls are",
+        setting="PROXY_ALLOW_PRIVATE_NETWORKS",
+    )
+
+
+def card_url_of(agent_url: str) -> str:
+    """Where an agent's card is by convention: <url>/.well-known/agent-card.json."""
+    return f"{agent_url.rstrip('/')}/{CARD_PATH}"
+
+
+@dataclass(frozen=True)
+class RemoteCard:
+    card: AgentCard
+    # The card as the platform read it (1.0 ProtoJSON, a 0.3 card converted), for previews.
+    data: dict
+
+    @property
+    def jsonrpc_url(self) -> str:
+        """The URL of the card's JSON-RPC interface, the newest protocol version first."""
+        interfaces = [i for i in self.card.supported_interfaces if i.protocol_binding.upper() == "JSONRPC"]
+        interfaces.sort(key=lambda i: _version_key(i.protocol_version), reverse=True)
+        return interfaces[0].url if interfaces else ""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return (0,)
+
+
+def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: float = 5.0) -> RemoteCard:
+    """GET and parse the card at `url` (A2A 1.0 or 0.3); raises CardUnavailable saying why."""
+    try:
+        target = proxy_url_check(url)
+    except UrlRefused as exc:
+        raise CardUnavailable(f"The card URL is refused: {exc}.") from None
+    sent = {**(headers or {}), "Host": target.url.netloc.decode("ascii"), "Accept": "application/json"}
+    extensions = {"sni_hostname": target.url.host} if target.url.scheme == "https" else {}
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            request = client.build_request("GET", target.pinned_url, headers=sent, extensions=extensions)
+            response = client.send(request, stream=True, follow_redirects=False)
+            try:
+                if response.status_code != 200:
+                    raise CardUnavailable(
+                        f"{url} answered HTTP {response.status_code} {response.reason_phrase}, not a card."
+                    )
+                body = b""
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_CARD_BYTES:
+                        raise CardUnavailable(f"{url} sent more than {MAX_CARD_BYTES} bytes: not a card.")
+            finally:
+                response.close()
+    except httpx.TimeoutException:
+        raise CardUnavailable(f"{url} did not answer within {timeout:g} s.") from None
+    except httpx.HTTPError as exc:
+        raise CardUnavailable(f"{url} could not be reached: {exc or exc.__class__.__name__}.") from None
+    return card_parse(body, url)
+
+
+def card_parse(body: bytes, url: str = "the card") -> RemoteCard:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CardUnavailable(f"{url} did not answer with JSON: it is not an agent card.") from None
+    try:
+        card = parse_agent_card(data)
+    except (ParseError, TypeError, ValueError, AttributeError) as exc:
+        raise CardUnavailable(f"{url} is not a valid A2A agent card: {exc}") from None
+    if not card.name or not card.supported_interfaces:
+        raise CardUnavailable(f"{url} is not a usable A2A agent card: it has no name or no interfaces.")
+    # Every URL the client may call later passes the screen too: a card must not point
+    # the platform at its own network.
+    for interface in card.supported_interfaces:
+        try:
+            proxy_url_check(interface.url)
+        except UrlRefused as exc:
+            raise CardUnavailable(f"The card's interface {interface.url} is refused: {exc}.") from None
+    return RemoteCard(card=card, data=MessageToDict(card))

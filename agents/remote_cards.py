@@ -109,8 +109,12 @@ def card_parse(body: bytes, url: str = "the card") -> RemoteCard:
     if not card.name or not card.supported_interfaces:
         raise CardUnavailable(f"{url} is not a usable A2A agent card: it has no name or no interfaces.")
     # Every URL the client may call later passes the screen too: a card must not point
-    # the platform at its own network.
+    # the platform at its own network. The proxy speaks JSON-RPC only (an empty
+    # supported_protocol_bindings means JSONRPC to the SDK client), so a gRPC
+    # interface (host:port, no scheme) is never called and not screened.
     for interface in card.supported_interfaces:
+        if interface.protocol_binding.upper() != "JSONRPC":
+            continue
         try:
             proxy_url_check(interface.url)
         except UrlRefused as exc:

@@ -85,6 +85,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every log line after it carries the request id.
+    "a2a_platform.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -336,13 +338,22 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Logging --------------------------------------------------------------------
+# text (for people, the default) or json (one object a line, for log collectors); both
+# carry the request id and the task id bound by the code (a2a_platform/logs.py).
+LOG_FORMAT = env_str("LOG_FORMAT", "text").strip().lower()
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
+# One line per answered request (method, path, status, milliseconds); probes log at debug.
+A2A_ACCESS_LOG = env_bool("A2A_ACCESS_LOG", default=True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"default": {"()": "a2a_platform.logs.formatter", "log_format": LOG_FORMAT}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "default"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
+        # Django's own handlers print a second, unformatted copy (a non-JSON line): this one only.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},

@@ -284,6 +284,16 @@ OAUTH2_PROVIDER = {
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
     # S256 only; "plain" PKCE protects nothing against an intercepted code.
     "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    # The rest of RFC 9700: no implicit or password grant (the platform offers client credentials
+    # and authorization code only), bearer tokens in the Authorization header only, `iss` in
+    # authorization responses, a replayed refresh token revokes its family.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    # Plain-http redirect URIs (loopback callbacks) in development only.
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"] if DEBUG else ["https"],
 }
 LOGIN_URL = "/console/login/"
 AUTH_PASSWORD_VALIDATORS = [
@@ -302,6 +312,13 @@ CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if not DEBUG else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Behind a TLS-terminating proxy (production): plain HTTP is redirected, browsers told to stay on
+# HTTPS. The probes stay reachable over plain HTTP for health checks inside the network.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
 
 # --- I18n, static ---------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

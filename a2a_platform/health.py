@@ -1,10 +1,19 @@
+import logging
+
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.utils.crypto import constant_time_compare
+from kombu.exceptions import ChannelError
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from a2a_platform.celery import app as celery_app
+from tasks_app import metrics as platform_metrics
+
+logger = logging.getLogger(__name__)
 
 
 async def healthz(request):
@@ -34,22 +43,68 @@ async def readyz(request):
     return JsonResponse({"status": "ok" if ready else "unavailable", **checks}, status=200 if ready else 503)
 
 
-def _metrics_text() -> str:
-    from django.db.models import Count
+class StoreCollector:
+    """Gauges read from the database and the broker at scrape time, in the process serving /metrics only.
 
-    from tasks_app.models import Message, Task
+    Every state is listed, zeros too, so a dashboard's series exist before the first task.
+    """
 
-    lines = [
-        "# HELP a2a_tasks Tasks stored, by state.",
-        "# TYPE a2a_tasks gauge",
-    ]
-    for row in Task.objects.values("state").annotate(n=Count("pk")).order_by("state"):
-        lines.append(f'a2a_tasks{{state="{row["state"]}"}} {row["n"]}')
-    lines += ["# HELP a2a_turns Agent turns, by lifecycle.", "# TYPE a2a_turns gauge"]
-    turns = Message.objects.exclude(turn="").values("turn").annotate(n=Count("pk")).order_by("turn")
-    for row in turns:
-        lines.append(f'a2a_turns{{turn="{row["turn"]}"}} {row["n"]}')
-    return "\n".join(lines) + "\n"
+    def collect(self):
+        from django.db.models import Count
+
+        from tasks_app.dispatch import embedded_queue_depth
+        from tasks_app.models import Message, Task, TaskState
+
+        tasks = GaugeMetricFamily("a2a_tasks", "Tasks stored, by state.", labels=["state"])
+        counts = {
+            row["state"]: row["n"] for row in Task.objects.values("state").annotate(n=Count("pk")).order_by()
+        }
+        for state in TaskState.values:
+            tasks.add_metric([state], counts.get(state, 0))
+        yield tasks
+
+        turns = GaugeMetricFamily("a2a_turns", "Agent turns, by lifecycle.", labels=["turn"])
+        rows = Message.objects.exclude(turn="").values("turn").annotate(n=Count("pk")).order_by()
+        counts = {row["turn"]: row["n"] for row in rows}
+        for turn in Message.Turn.values:
+            if turn:
+                turns.add_metric([turn], counts.get(turn, 0))
+        yield turns
+
+        queue = settings.CELERY_TASK_DEFAULT_QUEUE
+        depth = GaugeMetricFamily(
+            "a2a_queue_depth", "Jobs (turns, push deliveries) waiting for a worker.", labels=["queue"]
+        )
+        if settings.EMBEDDED_WORKER:
+            depth.add_metric([queue], embedded_queue_depth())
+        else:
+            try:
+                depth.add_metric([queue], _broker_queue_depth(queue))
+            except Exception as exc:  # the broker is down: no sample, the rest of the scrape still answers
+                logger.warning("Queue depth unavailable: %r", exc)
+        yield depth
+
+
+def _broker_queue_depth(queue: str) -> int:
+    with celery_app.connection_for_read() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+        try:
+            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+        except ChannelError:
+            return 0  # Redis keeps no key for an empty queue
+
+
+def _metrics_text() -> bytes:
+    store = CollectorRegistry(auto_describe=False)
+    store.register(StoreCollector())
+    if platform_metrics.MULTIPROCESS_DIR:
+        # Every process's counts, from the files they write (tasks_app/metrics.py).
+        platform_metrics.forget_dead_processes()
+        processes = CollectorRegistry(auto_describe=False)
+        MultiProcessCollector(processes)
+    else:
+        processes = REGISTRY  # one process: its own metrics (and the client's process metrics)
+    return generate_latest(processes) + generate_latest(store)
 
 
 def _may_read_metrics(request) -> bool:
@@ -64,4 +119,4 @@ def _may_read_metrics(request) -> bool:
 async def metrics(request):
     if not _may_read_metrics(request):
         return HttpResponse("Forbidden\n", status=403, content_type="text/plain")
-    return HttpResponse(await sync_to_async(_metrics_text)(), content_type="text/plain; version=0.0.4")
+    return HttpResponse(await sync_to_async(_metrics_text)(), content_type=CONTENT_TYPE_LATEST)

@@ -85,6 +85,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every log line after it carries the request id.
+    "a2a_platform.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -307,6 +309,16 @@ OAUTH2_PROVIDER = {
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
     # S256 only; "plain" PKCE protects nothing against an intercepted code.
     "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    # The rest of RFC 9700: no implicit or password grant (the platform offers client credentials
+    # and authorization code only), bearer tokens in the Authorization header only, `iss` in
+    # authorization responses, a replayed refresh token revokes its family.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    # Plain-http redirect URIs (loopback callbacks) in development only.
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"] if DEBUG else ["https"],
 }
 LOGIN_URL = "/console/login/"
 AUTH_PASSWORD_VALIDATORS = [
@@ -325,6 +337,13 @@ CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if not DEBUG else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Behind a TLS-terminating proxy (production): plain HTTP is redirected, browsers told to stay on
+# HTTPS. The probes stay reachable over plain HTTP for health checks inside the network.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
 
 # --- I18n, static ---------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
@@ -361,13 +380,22 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Logging --------------------------------------------------------------------
+# text (for people, the default) or json (one object a line, for log collectors); both
+# carry the request id and the task id bound by the code (a2a_platform/logs.py).
+LOG_FORMAT = env_str("LOG_FORMAT", "text").strip().lower()
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
+# One line per answered request (method, path, status, milliseconds); probes log at debug.
+A2A_ACCESS_LOG = env_bool("A2A_ACCESS_LOG", default=True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"default": {"()": "a2a_platform.logs.formatter", "log_format": LOG_FORMAT}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "default"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
+        # Django's own handlers print a second, unformatted copy (a non-JSON line): this one only.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},

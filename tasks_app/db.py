@@ -13,6 +13,7 @@ its own.
 """
 
 import asyncio
+import contextvars
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,4 +44,6 @@ def _call(fn, args, kwargs):
 async def db(fn, /, *args, **kwargs):
     """Run fn(*args, **kwargs) on a database thread and return its result."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor(), functools.partial(_call, fn, args, kwargs))
+    # In the caller's context: its log lines carry the caller's request or task id.
+    context = contextvars.copy_context()
+    return await loop.run_in_executor(executor(), context.run, functools.partial(_call, fn, args, kwargs))

@@ -24,6 +24,8 @@ DELIVER_PUSH = "tasks_app.tasks.deliver_push"
 
 _embedded_pool: ThreadPoolExecutor | None = None
 _embedded_lock = threading.Lock()
+# Jobs handed to the embedded pool that no thread has started yet (the queue depth metric).
+_embedded_waiting = 0
 
 
 def _embedded() -> ThreadPoolExecutor:
@@ -36,9 +38,24 @@ def _embedded() -> ThreadPoolExecutor:
         return _embedded_pool
 
 
+def embedded_queue_depth() -> int:
+    """Jobs waiting for a worker thread of this process (embedded default)."""
+    return _embedded_waiting
+
+
+def _submit_embedded(name: str, args: tuple) -> None:
+    global _embedded_waiting
+    with _embedded_lock:
+        _embedded_waiting += 1
+    _embedded().submit(_run_embedded, name, args)
+
+
 def _run_embedded(name: str, args: tuple) -> None:
+    global _embedded_waiting
     from django.db import close_old_connections
 
+    with _embedded_lock:
+        _embedded_waiting -= 1
     close_old_connections()
     try:
         current_app.tasks[name].run(*args)
@@ -53,11 +70,11 @@ def job_send(name: str, *args, countdown: float | None = None) -> bool:
     try:
         if settings.EMBEDDED_WORKER:
             if countdown:
-                timer = threading.Timer(countdown, lambda: _embedded().submit(_run_embedded, name, args))
+                timer = threading.Timer(countdown, lambda: _submit_embedded(name, args))
                 timer.daemon = True
                 timer.start()
             else:
-                _embedded().submit(_run_embedded, name, args)
+                _submit_embedded(name, args)
         else:
             current_app.send_task(name, args=args, countdown=countdown)
     except Exception:

@@ -30,8 +30,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from structlog.contextvars import bound_contextvars
 
 from agents.outbound import UrlRefused, url_check, url_syntax_check
+from tasks_app import metrics
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
@@ -224,9 +226,10 @@ def push_deliver(config_pk: int, seq: int | None = None) -> int:
         if delivery is None:
             return made
         made += 1
-        code, error = _post(delivery)
-        if not _record(delivery, code, error):
-            return made
+        with bound_contextvars(task_id=str(delivery.config.task_id)):
+            code, error = _post(delivery)
+            if not _record(delivery, code, error):
+                return made
 
 
 def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
@@ -318,8 +321,10 @@ def _record(delivery: PushDelivery, code: int | None, error: str) -> bool:
     )
     outcome = {"response_code": code, "error": error, "finished_at": now}
     if code is not None and 200 <= code < 300:
+        metrics.push_attempt("succeeded")
         return bool(mine.update(status=PushDelivery.Status.SUCCEEDED, **outcome))
     last = delivery.attempt >= settings.PUSH_MAX_ATTEMPTS
+    metrics.push_attempt("given_up" if last else "failed")
     logger.warning(
         "Push delivery %s#%s attempt %s failed%s: %s",
         delivery.config_id,

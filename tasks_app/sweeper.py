@@ -64,6 +64,7 @@ def turn_sweep(*, task_pks=None) -> dict:
                 message_pk,
                 task_pk,
                 attempts,
+                extra={"task_id": str(task_pk)},
             )
             turn_dispatch(task_pk, message_pk)
             requeued += 1
@@ -93,7 +94,11 @@ def _give_up(turn: Turn, now, superseded: bool = False) -> bool:
                 f"The turn was attempted {turn.attempt} times and the worker running it was lost each time.",
             )
             logger.warning(
-                "Turn %s of task %s failed after %s attempts", turn.message_pk, turn.task_pk, turn.attempt
+                "Turn %s of task %s failed after %s attempts",
+                turn.message_pk,
+                turn.task_pk,
+                turn.attempt,
+                extra={"task_id": str(turn.task_pk)},
             )
     if canceled:
         # Canceled while the lost turn "ran": nobody gave the agent its cancel() yet.

@@ -1,6 +1,7 @@
 """Celery tasks: each loads ids and calls the engine. Dispatched by name (tasks_app/dispatch.py)."""
 
 from celery import shared_task
+from structlog.contextvars import bound_contextvars
 
 from tasks_app.push import push_deliver, push_sweep
 from tasks_app.retention import retention_sweep
@@ -12,7 +13,9 @@ from tasks_app.turns import agent_cancel, turn_run
 def run_turn(task_id: str, message_pk: int) -> None:
     # The turn's lease in the database, not this message, is what brings a lost
     # turn back (tasks_app/sweeper.py); a redelivery finds the turn claimed.
-    turn_run(task_id=task_id, message_pk=message_pk)
+    # Every log line of the turn carries its task id, on whichever thread it is written.
+    with bound_contextvars(task_id=task_id):
+        turn_run(task_id=task_id, message_pk=message_pk)
 
 
 @shared_task(name="tasks_app.tasks.cancel_agent", ignore_result=True)
@@ -20,7 +23,8 @@ def cancel_agent(task_id: str) -> None:
     # The agent's cancel() for a task canceled while no turn of it was running. Best
     # effort and at most once (acknowledged on receipt): a redelivery would give the
     # agent a second cancel() (a second remote CancelTask for a2a_proxy).
-    agent_cancel(task_id=task_id)
+    with bound_contextvars(task_id=task_id):
+        agent_cancel(task_id=task_id)
 
 
 @shared_task(name="tasks_app.tasks.sweep_turns", ignore_result=True)

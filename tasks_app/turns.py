@@ -52,7 +52,7 @@ from google.protobuf.json_format import ParseDict
 
 from agents.approvals import AUTHORIZATION_KEY
 from agents.registry import HandlerNotAvailable, build_executor
-from tasks_app import engine
+from tasks_app import engine, metrics
 from tasks_app.access import parse_task_uuid
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append
@@ -95,6 +95,8 @@ class Turn:
     message_pk: int
     attempt: int
     timeout: float
+    # The agent's handler name, for the turn metrics.
+    handler: str = ""
 
 
 # --- Claim and run -------------------------------------------------------------
@@ -121,6 +123,7 @@ def turn_run(*, task_id: str, message_pk: int) -> None:
 
 
 async def turn_drive(task_pk, message_pk: int) -> None:
+    started = time.perf_counter()
     error: BaseException | None = None
     executor = None
     turn = None
@@ -187,6 +190,10 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         logger.exception("Turn %s of task %s crashed", message_pk, task_pk)
         error = exc
     finally:
+        if turn is not None:
+            metrics.turn_done(
+                turn.handler, _outcome(error, lost, cancel_given), time.perf_counter() - started
+            )
         if turn is not None and not lost and not (queue is not None and queue.finished):
             if isinstance(error, TurnAborted):
                 error = None
@@ -204,6 +211,19 @@ async def turn_drive(task_pk, message_pk: int) -> None:
 
 class TurnTimedOut(Exception):
     pass
+
+
+def _outcome(error: BaseException | None, lost: bool, canceled: bool) -> str:
+    """How a turn ended, as the turn metrics label it."""
+    if lost:
+        return "lost"
+    if isinstance(error, TurnTimedOut):
+        return "timed_out"
+    if canceled:
+        return "canceled"
+    if error is not None and not isinstance(error, TurnAborted):
+        return "failed"
+    return "ok"
 
 
 async def _retrying(fn, *args, **kwargs):
@@ -320,6 +340,7 @@ def _prepare(task_pk, message_pk: int):
         message_pk=message_pk,
         attempt=user_message.turn_attempts,
         timeout=float(task.agent.turn_timeout),
+        handler=task.agent.handler,
     )
     if task.is_terminal:
         owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)

@@ -10,6 +10,7 @@ The fault tests (tests/faults) also bring their own Redis (RedisServer) and
 PostgreSQL (PostgresCluster) on free loopback ports, to stop and restart them.
 """
 
+import atexit
 import os
 import shutil
 import signal
@@ -31,6 +32,25 @@ TEST_HANDLERS = (
 )
 # A queue of this test session's own: a stray worker elsewhere never takes its turns.
 TEST_QUEUE = f"a2a-test-{os.getpid()}"
+_metrics_dir: Path | None = None
+
+
+def metrics_dir() -> Path:
+    """A new, empty PROMETHEUS_MULTIPROC_DIR (prometheus_client wants one wiped before processes start).
+
+    Removed when the test session ends.
+    """
+    path = Path(tempfile.mkdtemp(prefix="a2a-test-metrics-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def session_metrics_dir() -> Path:
+    """The metrics directory this session's services-mode processes share: /metrics counts them all."""
+    global _metrics_dir
+    if _metrics_dir is None:
+        _metrics_dir = metrics_dir()
+    return _metrics_dir
 
 
 def free_port() -> int:
@@ -150,6 +170,9 @@ def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
     env.setdefault("PUSH_RETRY_BASE_DELAY", "0.2")
     env.setdefault("PUSH_RETRY_MAX_DELAY", "1.0")
     env["A2A_EXTRA_HANDLERS"] += ",push-ask=tests.tasks_app.push_handlers.AskOnceExecutor"
+    if env.get("REDIS_URL"):
+        # Web and worker processes report one view on /metrics (prometheus_client multiprocess mode).
+        env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(session_metrics_dir()))
     env.update(extra or {})
     return env
 
@@ -195,8 +218,10 @@ def start_grpc(name: str, env: dict, log_dir: Path, port: int, base_url: str) ->
     return process
 
 
-def start_worker(db_settings: dict, log_dir: Path) -> Process:
-    return start_celery_worker("worker", child_env(db_settings), log_dir)
+def start_worker(
+    db_settings: dict, log_dir: Path, name: str = "worker", extra_env: dict | None = None
+) -> Process:
+    return start_celery_worker(name, child_env(db_settings, extra_env), log_dir)
 
 
 def daphne_args(port: int, app: str) -> list[str]:

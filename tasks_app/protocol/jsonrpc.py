@@ -14,6 +14,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
+from tasks_app.metrics import error_outcome, name_method, observe_requests
 from tasks_app.protocol import legacy, operations
 from tasks_app.protocol.errors import (
     RequestContentTypeNotSupported,
@@ -35,13 +36,15 @@ from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
 
 logger = logging.getLogger(__name__)
+# Method names counted by name in the metrics; anything else counts as "unknown".
+KNOWN_METHODS = frozenset(operations.METHODS) | legacy.LEGACY_METHODS
 
 
 def error_response(
     request_id, error: A2AError, status: int = 200, headers: dict | None = None
 ) -> JsonResponse:
     body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
-    return JsonResponse(body, status=status, headers=headers)
+    return error_outcome(JsonResponse(body, status=status, headers=headers), error, status)
 
 
 def _request_id(body) -> str | int | None:
@@ -72,6 +75,7 @@ def parse_params(params: dict | None, request_type):
 
 
 @csrf_exempt
+@observe_requests("jsonrpc")
 async def jsonrpc_endpoint(request, tenant: str, agent: str):
     if request.method != "POST":
         response = error_response(None, InvalidRequestError(message="JSON-RPC requests are POSTed"), 405)
@@ -101,6 +105,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         envelope_error = _envelope_error(body)
         if envelope_error:
             raise envelope_error
+        name_method(request, body["method"], KNOWN_METHODS)
         found = await find_agent(tenant, agent)
         if found is None:
             return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)

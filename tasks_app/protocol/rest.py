@@ -19,6 +19,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
+from tasks_app.metrics import error_outcome, name_method, observe_requests
 from tasks_app.protocol import operations
 from tasks_app.protocol.errors import (
     RequestContentTypeNotSupported,
@@ -102,7 +103,7 @@ def error_response(error: A2AError, status: int | None = None, headers: dict | N
             403: "PERMISSION_DENIED",
             405: "UNIMPLEMENTED",
         }.get(status, body["error"]["status"])
-    return JsonResponse(body, status=code, headers=headers)
+    return error_outcome(JsonResponse(body, status=code, headers=headers), error, status)
 
 
 def _body(request) -> dict:
@@ -165,6 +166,7 @@ def response_type(request) -> str:
 
 
 @csrf_exempt
+@observe_requests("rest")
 async def rest_endpoint(request, tenant: str, agent: str, rest: str):
     response = await _answer(request, tenant, agent, rest)
     if isinstance(response, JsonResponse):
@@ -175,6 +177,7 @@ async def rest_endpoint(request, tenant: str, agent: str, rest: str):
 async def _answer(request, tenant: str, agent: str, rest: str):
     try:
         method_name, path_params, allowed = _route(rest, request.method, tenant)
+        name_method(request, method_name, operations.METHODS)
         if method_name is None and allowed:
             return error_response(
                 MethodNotFoundError(message=f"{request.method} is not allowed here"),

@@ -9,6 +9,7 @@ from a2a.utils.errors import InvalidParamsError
 from django.http import StreamingHttpResponse
 
 from tasks_app.events import HEARTBEAT
+from tasks_app.metrics import ACTIVE_STREAMS
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +49,19 @@ def sse_response(
     """
 
     async def body():
-        async for item in events:
-            if item is HEARTBEAT:
-                yield ": keep-alive\n\n"
-                continue
-            seq, payload = item
-            lines = [f"id: {seq}"] if seq is not None else []
-            name = event_name(payload) if event_name else None
-            if name:
-                lines.append(f"event: {name}")
-            lines.append("data: " + json.dumps(frame(payload), separators=(",", ":")))
-            yield "\n".join(lines) + "\n\n"
+        # Counted from the first byte to the end, whether the task ended or the client went away.
+        with ACTIVE_STREAMS.track_inprogress():
+            async for item in events:
+                if item is HEARTBEAT:
+                    yield ": keep-alive\n\n"
+                    continue
+                seq, payload = item
+                lines = [f"id: {seq}"] if seq is not None else []
+                name = event_name(payload) if event_name else None
+                if name:
+                    lines.append(f"event: {name}")
+                lines.append("data: " + json.dumps(frame(payload), separators=(",", ":")))
+                yield "\n".join(lines) + "\n\n"
 
     response = StreamingHttpResponse(body(), content_type="text/event-stream")
     response["Cache-Control"] = "no-store"

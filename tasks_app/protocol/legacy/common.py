@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from tasks_app.access import get_task_for_caller, tasks_visible_to
 from tasks_app.events import HEARTBEAT
+from tasks_app.metrics import error_outcome
 from tasks_app.models import Artifact, DraftTaskAlias, Task
 from tasks_app.protocol import operations
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
@@ -59,9 +60,9 @@ class Exchange:
         return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
     def error(self, error: A2AError, status: int = 200, headers: dict | None = None) -> JsonResponse:
-        error = legacy_error(error, self.error_codes, self.task_aliases)
-        body = {"jsonrpc": "2.0", "id": self.request_id, "error": error}
-        return JsonResponse(body, status=status, headers=headers)
+        wire = legacy_error(error, self.error_codes, self.task_aliases)
+        body = {"jsonrpc": "2.0", "id": self.request_id, "error": wire}
+        return error_outcome(JsonResponse(body, status=status, headers=headers), error, status)
 
     def stream(self, items: AsyncIterator, event_name: Callable[[dict], str | None] | None = None):
         """SSE of (seq, {"result": ...}) items; an error after the first event ends it with an error frame."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from tasks_app import metrics
 from tasks_app.access import Caller
 from tasks_app.db import db
 from tasks_app.models import Message
@@ -150,6 +151,7 @@ def quota_check(caller: Caller, method: str, source: str = "") -> None:
         now = time.time()
         count = counters().hit(tenant.pk, rate_key(caller, source), _window(now))
         if count is not None and count > limit:
+            metrics.quota_refused(QuotaExceeded.RATE)
             raise QuotaExceeded(
                 f"Rate limit exceeded: at most {limit} requests per minute; retry after the minute ends",
                 reason=QuotaExceeded.RATE,
@@ -158,6 +160,7 @@ def quota_check(caller: Caller, method: str, source: str = "") -> None:
             )
     most = tenant.max_running_turns
     if most and method in SUBMIT_METHODS and running_turns(tenant) >= most:
+        metrics.quota_refused(QuotaExceeded.RUNNING_TURNS)
         raise QuotaExceeded(
             f"Too many running turns: this tenant runs at most {most} at once; retry when one ends",
             reason=QuotaExceeded.RUNNING_TURNS,

@@ -10,6 +10,8 @@ proto. Errors are a google.rpc.Status with an ErrorInfo detail in the
 """
 
 import logging
+import re
+import time
 
 import grpc
 from a2a.types import a2a_pb2 as pb
@@ -23,6 +25,7 @@ from google.protobuf.json_format import ParseDict
 from google.rpc import code_pb2, status_pb2
 
 from agents.cards import agent_url
+from tasks_app import metrics
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT
 from tasks_app.protocol import operations
@@ -140,20 +143,28 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
 
     async def _unary(self, method: str, request, context):
+        started = time.perf_counter()
         try:
             call = await self._call(method, request, context)
             _request_type, operation, _streaming = operations.METHODS[method]
             result = await operation(call, request)
-            return ParseDict(result, RESPONSE_TYPES[method](), ignore_unknown_fields=True)
+            answer = ParseDict(result, RESPONSE_TYPES[method](), ignore_unknown_fields=True)
+            metrics.request_done("grpc", method, "ok", time.perf_counter() - started)
+            return answer
         except Exception as exc:
             status, trailer = _failure(exc, method)
+            metrics.request_done("grpc", method, _outcome(exc), time.perf_counter() - started)
         await _abort(context, status, trailer)
 
     async def _stream(self, method: str, request, context):
+        started = time.perf_counter()
         try:
             call = await self._call(method, request, context)
             _request_type, operation, _streaming = operations.METHODS[method]
             events = await operation(call, request)
+            # A stream counts once it is accepted; its duration is the time to that answer.
+            metrics.request_done("grpc", method, "ok", time.perf_counter() - started)
+            started = None
             async for item in events:
                 # gRPC keeps its connections alive with HTTP/2 pings: no keep-alive messages.
                 if item is HEARTBEAT:
@@ -163,6 +174,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             return
         except Exception as exc:
             status, trailer = _failure(exc, method)
+            if started is not None:
+                metrics.request_done("grpc", method, _outcome(exc), time.perf_counter() - started)
         await _abort(context, status, trailer)
 
     async def SendMessage(self, request, context):
@@ -199,6 +212,14 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
     async def GetExtendedAgentCard(self, request, context):
         return await self._unary("GetExtendedAgentCard", request, context)
+
+
+def _outcome(exc: Exception) -> str:
+    """The requests counter's outcome label of a failed rpc, as the HTTP bindings name it."""
+    if isinstance(exc, Refused):
+        return "unauthenticated" if exc.status.code == code_pb2.UNAUTHENTICATED else "forbidden"
+    name = type(exc).__name__.removesuffix("Error") or "Error"
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 def _failure(exc: Exception, method: str) -> tuple[status_pb2.Status, tuple]:

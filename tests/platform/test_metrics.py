@@ -113,16 +113,16 @@ def test_tasks_by_state_list_every_state_and_queue_depth_is_reported(server):
     assert len(depth) == 1 and samples[depth[0]] >= 0
 
 
-def test_quota_refusals_are_counted_by_reason():
-    # The quotas call this; in this process the counter is an in-memory one.
-    from prometheus_client import REGISTRY
+def test_quota_refusals_are_counted_by_reason(server, stored):
+    from tests.tasks_app.test_quotas import fresh_minute, make_tenant, rest_send
 
-    from tasks_app.metrics import quota_refused
-
-    before = REGISTRY.get_sample_value("a2a_quota_refusals_total", {"reason": "tasks_per_minute"}) or 0
-    quota_refused("tasks_per_minute")
-    after = REGISTRY.get_sample_value("a2a_quota_refusals_total", {"reason": "tasks_per_minute"})
-    assert after == before + 1
+    tenant = make_tenant(rate_limit_per_minute=1)
+    fresh_minute()
+    key = ("a2a_quota_refusals_total", ("reason", "RATE_LIMIT_EXCEEDED"))
+    before = scrape(server.base_url).get(key, 0)
+    assert rest_send(server.base_url, tenant, "open").status_code == 200
+    assert rest_send(server.base_url, tenant, "open").status_code == 429
+    assert scrape(server.base_url).get(key, 0) == before + 1
 
 
 def test_it_counts_open_streams_until_they_close(server):

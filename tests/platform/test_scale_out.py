@@ -94,3 +94,19 @@ def test_metrics_on_either_web_count_both(two_of_each):
         web_b.base_url, "a2a_turn_duration_seconds_count", lambda n: n >= turned_before + 5, **turns
     )
     assert sample(from_b, "a2a_turn_duration_seconds_count", **turns) == turned_before + 5
+
+
+def test_quotas_hold_across_both_webs(two_of_each, stored):
+    from tests.tasks_app.test_quotas import fresh_minute, make_tenant, rest_send
+
+    web_a, web_b = two_of_each
+    tenant = make_tenant(rate_limit_per_minute=4)
+    fresh_minute()
+    # Four requests spread over both webs use up the minute: the counter is Redis's, not a process's.
+    for web in (web_a, web_b, web_a, web_b):
+        assert rest_send(web.base_url, tenant, "open").status_code == 200
+    for web in (web_a, web_b):
+        refused = rest_send(web.base_url, tenant, "open")
+        assert refused.status_code == 429, refused.text
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert tenant.tasks.count() == 4

@@ -12,7 +12,8 @@ from tests.live import start_web, start_worker, stop_processes
 
 @pytest.fixture
 def json_platform(db_settings, log_dir):
-    env = {"LOG_FORMAT": "json"}
+    # A queue of its own: the session's worker must not take this platform's turns.
+    env = {"LOG_FORMAT": "json", "CELERY_QUEUE": f"json-logs-{uuid.uuid4().hex[:8]}"}
     worker = start_worker(db_settings, log_dir, name="json-worker", extra_env=env) if SERVICES_MODE else None
     try:
         web = start_web(db_settings, log_dir, name="json-web", extra_env=env)

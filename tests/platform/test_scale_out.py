@@ -21,7 +21,8 @@ pytestmark = pytest.mark.skipif(not SERVICES_MODE, reason="scale-out needs Postg
 
 @pytest.fixture(scope="module")
 def two_of_each(db_settings, log_dir):
-    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir())}
+    # A queue of its own: the session's worker must not take these webs' turns.
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir()), "CELERY_QUEUE": f"scale-{uuid.uuid4().hex[:8]}"}
     started = []
     try:
         for name in ("scale-worker-a", "scale-worker-b"):

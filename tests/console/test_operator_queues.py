@@ -42,7 +42,6 @@ def test_an_admin_registers_clarify_and_an_operator_answers_it_live(server, sign
     alice.get_by_label("Name", exact=True).fill("Clarifier")
     alice.get_by_label("Slug").fill(slug)
     alice.get_by_label("Handler").select_option("clarify")
-    alice.get_by_label("Config").fill('{"tone": "formal"}')
     screenshot(alice, "agent-register")
     alice.get_by_role("button", name="Register agent").click()
     expect(alice.get_by_role("heading", name="Clarifier")).to_be_visible()

@@ -772,7 +772,8 @@ async def call_asgi(application, case: Case) -> tuple[int, str, bytes]:
 
     app = asyncio.ensure_future(application(scope, receive, send))
     waiter = asyncio.ensure_future(enough.wait())
-    await asyncio.wait({app, waiter}, timeout=1, return_when=asyncio.FIRST_COMPLETED)
+    # Enough time for a blocking send's turn on a busy 2-core machine; most answers take milliseconds.
+    await asyncio.wait({app, waiter}, timeout=5, return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
     gone.set()  # the client goes away: an open stream is closed the way Daphne closes it
     try:

@@ -1,5 +1,7 @@
 """Bad input gets its JSON-RPC / A2A code, never a 500, and nothing is stored."""
 
+import time
+
 import httpx
 import pytest
 
@@ -15,6 +17,11 @@ GOOD_BODY = {
 
 
 def stored_counts() -> tuple[int, ...]:
+    """Rows stored, once the turns other tests left running have ended (they still write)."""
+    deadline = time.monotonic() + 20
+    open_turns = Message.objects.filter(turn__in=[Message.Turn.PENDING, Message.Turn.RUNNING])
+    while open_turns.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     return tuple(model.objects.count() for model in (Context, Task, Message, TaskEvent))
 
 

@@ -11,11 +11,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from a2a_platform.a2a_asgi import A2AHandler, http_router  # noqa: E402
 from a2a_platform.console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # The A2A routes skip the thread hops of Django's middleware (a2a_platform/a2a_asgi.py).
+        "http": http_router(A2AHandler(), django_asgi_app),
         # The console's live feed. The origin check stops other sites from
         # opening a socket with the operator's session cookie.
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),

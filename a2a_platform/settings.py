@@ -160,14 +160,17 @@ EMBEDDED_WORKER = not REDIS_URL
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub, not channels_redis' list-and-sorted-set layer: a
+            # publish is one PUBLISH and a wait reads from a queue in the process,
+            # where the core layer runs several commands per group_send and per
+            # receive. Nothing is lost by a layer that keeps no messages: a
+            # reader joins the task's group before it reads the task's log, and
+            # the log is what it trusts (tasks_app/events.py).
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
-                # channels_redis waits up to 5 s on a blocking pop; redis-py 8 reads
-                # with a 5 s socket timeout by default, which broke idle receives
-                # ("Timeout reading from ..."). Reads get well over the pop's wait.
+                # redis-py 8 reads with a 5 s socket timeout by default, which broke
+                # idle connections ("Timeout reading from ..."): well over any wait.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                "capacity": 1000,
-                "expiry": 60,
             },
         }
     }

@@ -268,20 +268,28 @@ async def follow(
         await feed.close()
 
 
-async def wait_until_settled(task_pk, *, timeout: float | None = None) -> dict | None:
+async def wait_until_settled(
+    task_pk, *, timeout: float | None = None, feed: "Feed | None" = None
+) -> dict | None:
     """Wait until the task is terminal or interrupted, or the timeout passes.
 
     Returns the answer as its writer published it when the news came live:
     {"message": ...} for a message exchange, else {"task": ...} (as
     task_snapshot() reads it with historyLength unset); None otherwise.
+
+    `feed`: the task's group, joined before the task was stored (the caller
+    closes it); nothing can have happened before it, so the store is read
+    only after a quiet spell.
     """
     timeout = timeout if timeout is not None else settings.A2A_BLOCKING_TIMEOUT
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    feed = Feed(task_pk)
-    await feed.join()
+    own_feed = feed is None
+    if own_feed:
+        feed = Feed(task_pk)
+        await feed.join()
     try:
-        check_store = True
+        check_store = own_feed
         while True:
             if check_store:
                 state = await db(_current_state, task_pk)
@@ -300,7 +308,8 @@ async def wait_until_settled(task_pk, *, timeout: float | None = None) -> dict |
                     return reply
                 return {"task": message["task"]} if message.get("task") is not None else None
     finally:
-        await feed.close()
+        if own_feed:
+            await feed.close()
 
 
 def _current_state(task_pk):

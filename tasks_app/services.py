@@ -63,6 +63,7 @@ def message_send(
     idempotency_key: str = "",
     reply_as_message: bool = True,
     decision: str | None = None,
+    task_pk: uuid.UUID | None = None,
 ) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
@@ -88,6 +89,9 @@ def message_send(
     requester carries that approver's decision to the agent (`_approval`);
     `decision` is the operator's explicit grant or denial, else the message's
     words decide.
+
+    task_pk: the id a new task gets (a caller that listens for the task's
+    events before it exists); a new random one without it.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -105,7 +109,7 @@ def message_send(
             reply = Task.Reply.TASK
             if reply_as_message and not request.configuration.return_immediately:
                 reply = Task.Reply.OPEN
-            task = _new_task(caller, message, reply)
+            task = _new_task(caller, message, reply, task_pk)
         if idempotency_key:
             previous = _key_claim(caller, idempotency_key, body_hash, task)
             if previous is not None:
@@ -156,7 +160,7 @@ def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | N
     raise IdempotencyKeyReused(message=f"Idempotency-Key '{key}' is in use by a concurrent request; retry")
 
 
-def _new_task(caller: Caller, message: pb.Message, reply: str) -> Task:
+def _new_task(caller: Caller, message: pb.Message, reply: str, task_pk: uuid.UUID | None) -> Task:
     """The task a message without taskId starts: not saved yet, its context found or made."""
     if message.context_id:
         # The caller's own context of that id: another caller's is never joined.
@@ -168,7 +172,7 @@ def _new_task(caller: Caller, message: pb.Message, reply: str) -> Task:
             tenant=caller.tenant, owner=caller.principal, context_id=str(uuid.uuid4())
         )
     return Task(
-        id=uuid.uuid4(),
+        id=task_pk or uuid.uuid4(),
         tenant=caller.tenant,
         agent=caller.agent,
         context=context,

@@ -7,6 +7,7 @@ the first event still go back as a plain error response.
 """
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC
@@ -18,7 +19,7 @@ from asgiref.sync import sync_to_async
 from agents.cards import card_dict
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.events import HEARTBEAT, follow, payload_state, wait_until_settled
+from tasks_app.events import HEARTBEAT, Feed, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.convert import PROTO_TO_STATE
@@ -50,23 +51,39 @@ def _history_length(request) -> int | None:
 
 
 async def send_message(call: Call, request: pb.SendMessageRequest, *, send=message_send) -> dict:
-    """SendMessage. `send` stores the message: message_send, or a dialect's wrapper around it."""
+    """SendMessage. `send` stores the message: message_send, or a dialect's wrapper around it.
+
+    A blocking call that starts a task names the task first and joins its
+    group before storing it: no event of the task can come before the
+    subscription, so the wait needs no look at the store first.
+    """
     check_tenant(call, request)
     history_length = _history_length(request)
-    outcome = await _accept(send, call, request)
-    # Accepted means accepted: from here on the stored task is the answer,
-    # whatever the channel layer or the database does meanwhile.
-    if not request.configuration.return_immediately:
-        try:
-            settled = await wait_until_settled(outcome.task.pk)
-        except UNAVAILABLE_ERRORS as exc:
-            logger.warning("Waiting for task %s: the database is unavailable (%r)", outcome.task.pk, exc)
-            settled = None
-        if settled is not None and "message" in settled:
-            return settled  # a message exchange: the agent's Message is the whole answer
-        if settled is not None and (history_length is None or history_length <= DEFAULT_HISTORY_LENGTH):
-            # The worker published the task as it stored it: no need to read it again.
-            return {"task": with_history_length(settled["task"], history_length)}
+    blocking = not request.configuration.return_immediately
+    new_task = uuid.uuid4() if blocking and not request.message.task_id else None
+    feed = None
+    if new_task is not None:
+        feed = Feed(new_task)
+        await feed.join()
+    try:
+        outcome = await _accept(send, call, request, task_pk=new_task)
+        # Accepted means accepted: from here on the stored task is the answer,
+        # whatever the channel layer or the database does meanwhile.
+        if blocking:
+            joined = feed is not None and feed.joined and outcome.task.pk == new_task
+            try:
+                settled = await wait_until_settled(outcome.task.pk, feed=feed if joined else None)
+            except UNAVAILABLE_ERRORS as exc:
+                logger.warning("Waiting for task %s: the database is unavailable (%r)", outcome.task.pk, exc)
+                settled = None
+            if settled is not None and "message" in settled:
+                return settled  # a message exchange: the agent's Message is the whole answer
+            if settled is not None and (history_length is None or history_length <= DEFAULT_HISTORY_LENGTH):
+                # The worker published the task as it stored it: no need to read it again.
+                return {"task": with_history_length(settled["task"], history_length)}
+    finally:
+        if feed is not None:
+            await feed.close()
     try:
         return await db(send_answer, outcome.task.pk, history_length=history_length)
     except UNAVAILABLE_ERRORS as exc:
@@ -74,10 +91,10 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
         return {"task": outcome.accepted}
 
 
-async def _accept(send, call: Call, request: pb.SendMessageRequest):
+async def _accept(send, call: Call, request: pb.SendMessageRequest, **options):
     """Store the message (one transaction). A database that cannot be reached stored nothing: 503."""
     try:
-        return await db(send, call.caller, request, idempotency_key=call.idempotency_key)
+        return await db(send, call.caller, request, idempotency_key=call.idempotency_key, **options)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("SendMessage refused, the database is unavailable: %r", exc)
         raise StoreUnavailable() from None

@@ -1,4 +1,4 @@
-"""The ASGI handler of the A2A routes (/a2a/...): Django's, without a thread hop per middleware.
+"""The ASGI handler of the A2A bindings' routes: Django's, without a thread hop per middleware.
 
 Under ASGI, Django runs each hook of a MiddlewareMixin middleware (Security,
 Session, Common, Csrf, Authentication, Messages, XFrameOptions: seven of them,
@@ -15,12 +15,20 @@ thread, when a session caller is resolved). So here they are called on the
 event loop, in the order settings.MIDDLEWARE gives, with the same behaviour:
 the same headers, host validation, slash redirects and request ids. The
 request signals are sent inline too: their receivers (close_old_connections
-and friends) find no database connection on the loop's thread. Every other
-path keeps Django's own ASGIHandler.
+and friends) find no database connection on the loop's thread.
+
+That holds only while the views under these routes reach the database
+through db() alone, never through sync_to_async: a thread-sensitive call
+would open a connection on the request's own thread, which nothing here
+closes (a connection lost to the pool per request). So only the JSON-RPC
+and HTTP+JSON endpoints (/a2a/<tenant>/<agent>/ and .../rest/...) come here;
+the agent cards, the catalog and every other path keep Django's own
+ASGIHandler.
 """
 
 import asyncio
 import contextlib
+import re
 
 from asgiref.sync import markcoroutinefunction
 from django.conf import settings
@@ -32,7 +40,8 @@ from django.urls import set_script_prefix
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
-A2A_PREFIX = "/a2a/"
+# /a2a/<tenant>/<agent>/ and /a2a/<tenant>/<agent>/rest/..., not the cards under .well-known/.
+BINDING_ROUTE = re.compile(r"^/a2a/[^/]+/[^/]+/(?:$|rest/)")
 
 
 def _on_loop(hook):
@@ -129,10 +138,10 @@ class A2AHandler(ASGIHandler):
 
 
 def http_router(a2a_app, default_app):
-    """The HTTP application: the A2A routes on a2a_app, everything else on default_app."""
+    """The HTTP application: the A2A bindings' routes on a2a_app, everything else on default_app."""
 
     async def route(scope, receive, send):
-        app = a2a_app if scope["path"].startswith(A2A_PREFIX) else default_app
+        app = a2a_app if BINDING_ROUTE.match(scope["path"]) else default_app
         await app(scope, receive, send)
 
     return route

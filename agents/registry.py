@@ -264,9 +264,16 @@ def schema_refusal(info: HandlerInfo, config: dict, error: pydantic.ValidationEr
 def build_executor(agent) -> AgentExecutor:
     """A fresh executor for one turn. Executors that accept `config` get the agent's."""
     handler = load_handler(agent.handler)
-    if "config" in inspect.signature(handler).parameters:
+    if _takes_config(handler):
         return handler(config=agent.config)
     return handler()
+
+
+@cache
+def _takes_config(handler) -> bool:
+    # Once per handler class: inspect.signature of a class without an __init__
+    # of its own parses object's text signature, a noticeable cost per turn.
+    return "config" in inspect.signature(handler).parameters
 
 
 def handler_defaults(name: str) -> dict:

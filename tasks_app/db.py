@@ -4,9 +4,15 @@ asgiref's thread-sensitive sync_to_async runs every call of a request (or of
 a whole worker process, outside a request) on one thread, one call at a time:
 under load the database work of unrelated requests and turns queued behind
 each other. Calls made through `db()` run on any free thread of a bounded
-pool instead; each thread has its own connection (checked out of the psycopg
-pool, or a persistent SQLite connection), healed before and released after
-every call as Django does around a request.
+pool instead.
+
+Each of those threads keeps its connection from call to call (checked out of
+the psycopg pool once, or a persistent SQLite connection): handing it back
+and checking one out again around every call cost a health-check round trip
+and the pool's bookkeeping each time, twice per request and twice per turn.
+A connection that sat idle for HEALTH_CHECK_AFTER seconds is checked before
+it is used (it may have died with a database restart), and one that failed
+for being unreachable is dropped, so the next call connects again.
 
 No transaction spans two calls: each function passed here opens and commits
 its own.
@@ -15,15 +21,21 @@ its own.
 import asyncio
 import contextvars
 import functools
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError, connections
 
 _executor: ThreadPoolExecutor | None = None
 
 # Errors that mean "the database cannot be reached", as opposed to a bad query.
 UNAVAILABLE_ERRORS = (OperationalError, InterfaceError)
+# A thread's connection unused for this long is checked before its next use.
+HEALTH_CHECK_AFTER = 1.0
+
+_last_used = threading.local()
 
 
 def executor() -> ThreadPoolExecutor:
@@ -34,11 +46,18 @@ def executor() -> ThreadPoolExecutor:
 
 
 def _call(fn, args, kwargs):
-    close_old_connections()
+    connection = connections["default"]
+    if time.monotonic() - getattr(_last_used, "at", 0.0) > HEALTH_CHECK_AFTER:
+        # Django checks it (one round trip) as the next cursor is opened.
+        connection.health_check_done = False
     try:
         return fn(*args, **kwargs)
+    except UNAVAILABLE_ERRORS:
+        # Dead or dying: the next call on this thread connects again.
+        connection.close()
+        raise
     finally:
-        close_old_connections()
+        _last_used.at = time.monotonic()
 
 
 async def db(fn, /, *args, **kwargs):

@@ -14,7 +14,6 @@ from datetime import UTC
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
-from asgiref.sync import sync_to_async
 
 from agents.cards import card_dict
 from tasks_app.access import Caller, get_task_for_caller
@@ -245,7 +244,7 @@ async def get_extended_agent_card(call: Call, request: pb.GetExtendedAgentCardRe
     if call.caller.principal == "anonymous":
         raise UnsupportedOperationError(message="The extended agent card needs an authenticated caller")
     # A 1.0 method: the card exactly as the 1.0 schema has it, without the 0.3 fields.
-    return await sync_to_async(card_dict)(agent, call.base_url, extended=True, version="1.0")
+    return await db(card_dict, agent, call.base_url, extended=True, version="1.0")
 
 
 METHODS = {

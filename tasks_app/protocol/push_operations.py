@@ -5,28 +5,32 @@ dict, errors as a2a-sdk exceptions. Bindings dispatch by these method names.
 """
 
 from a2a.types import a2a_pb2 as pb
-from asgiref.sync import sync_to_async
 
+from tasks_app.db import db
 from tasks_app.protocol.auth import check_tenant
 from tasks_app.push import push_config_create, push_config_delete, push_config_get, push_config_list
 
 
 async def create_task_push_notification_config(call, request: pb.TaskPushNotificationConfig) -> dict:
     check_tenant(call, request)
-    return await sync_to_async(push_config_create)(call.caller, request)
+    return await db(push_config_create, call.caller, request)
 
 
 async def get_task_push_notification_config(call, request: pb.GetTaskPushNotificationConfigRequest) -> dict:
     check_tenant(call, request)
-    return await sync_to_async(push_config_get)(call.caller, request.task_id, request.id)
+    return await db(push_config_get, call.caller, request.task_id, request.id)
 
 
 async def list_task_push_notification_configs(
     call, request: pb.ListTaskPushNotificationConfigsRequest
 ) -> dict:
     check_tenant(call, request)
-    return await sync_to_async(push_config_list)(
-        call.caller, request.task_id, page_size=request.page_size, page_token=request.page_token
+    return await db(
+        push_config_list,
+        call.caller,
+        request.task_id,
+        page_size=request.page_size,
+        page_token=request.page_token,
     )
 
 
@@ -34,7 +38,7 @@ async def delete_task_push_notification_config(
     call, request: pb.DeleteTaskPushNotificationConfigRequest
 ) -> dict:
     check_tenant(call, request)
-    await sync_to_async(push_config_delete)(call.caller, request.task_id, request.id)
+    await db(push_config_delete, call.caller, request.task_id, request.id)
     return {}
 
 

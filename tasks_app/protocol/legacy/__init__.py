@@ -14,9 +14,9 @@ import logging
 
 from a2a.compat.v0_3 import types as types_v03
 from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
-from asgiref.sync import sync_to_async
 from django.http import JsonResponse
 
+from tasks_app.db import db
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_http_status, unavailable_headers
 from tasks_app.protocol.http import CALLER_REFUSED, refusal
 from tasks_app.protocol.legacy import draft, v03
@@ -68,7 +68,7 @@ async def _task_method(ex: Exchange):
     params = parse_model(types_v03.TaskQueryParams, ex.params)
     check_int32(params.history_length, "historyLength")  # both dialects copy it into an int32 field
     call = await ex.call(SHARED_TASK_METHODS[ex.method])
-    task = await sync_to_async(find_task)(call.caller, params.id)
+    task = await db(find_task, call.caller, params.id)
     if task is None:
         raise TaskNotFoundError()
     ex.show_client_id(task)

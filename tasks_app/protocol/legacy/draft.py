@@ -17,9 +17,9 @@ from a2a.utils.errors import (
     PushNotificationNotSupportedError,
     TaskNotFoundError,
 )
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 
+from tasks_app.db import db
 from tasks_app.models import DraftTaskAlias, Task
 from tasks_app.protocol.legacy.common import (
     Exchange,
@@ -71,7 +71,7 @@ async def _send(ex: Exchange, streaming: bool):
     # A draft client names its task itself (its retry is the same id), and its
     # messageIds are made up here per request: an Idempotency-Key cannot apply.
     call.idempotency_key = ""
-    task = await sync_to_async(find_task)(call.caller, send.task_id)
+    task = await db(find_task, call.caller, send.task_id)
     options = {}
     if task is not None:
         # A known id: the message continues that task (the draft's input-required answer).
@@ -87,7 +87,7 @@ async def _send(ex: Exchange, streaming: bool):
         # Another caller of this agent holds that id (or a concurrent send took it).
         raise InvalidParamsError(message=f"Task id '{send.task_id}' cannot be used; choose another") from None
     if streaming:
-        known = await sync_to_async(artifact_ids)(task.pk) if task is not None else []
+        known = await db(artifact_ids, task.pk) if task is not None else []
         converter = DraftEvents(display_id, send.spelling, known, replay_artifacts=False)
         return ex.stream(translated(result, converter.convert), event_name)
     return ex.result(draft_task(result["task"], display_id, send.spelling))
@@ -121,7 +121,7 @@ async def resubscribe(ex: Exchange, call, task: Task, params):
     # A fresh subscription opens with a snapshot that replays the artifacts made so
     # far; one resuming after Last-Event-ID does not, so it takes their order from the store.
     fresh = call.last_event_id is None
-    known = [] if fresh else await sync_to_async(artifact_ids)(task.pk)
+    known = [] if fresh else await db(artifact_ids, task.pk)
     converter = DraftEvents(draft_id(task), "spec", known, replay_artifacts=fresh)
     return ex.stream(translated(events, converter.convert), event_name)
 
@@ -146,7 +146,7 @@ def _draft_push(config: dict, display_id: str) -> dict:
 async def _draft_task_for(ex: Exchange, method: str):
     task_id = text_field(ex.params, "id", required=True)
     call = await ex.call(method)
-    task = await sync_to_async(find_task)(call.caller, task_id)
+    task = await db(find_task, call.caller, task_id)
     if task is None:
         raise TaskNotFoundError()
     ex.show_client_id(task)

@@ -115,7 +115,7 @@ def turn_claim(message_pk: int) -> bool:
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn from a worker thread: claim it here, run it on the engine loop, wait."""
-    if not turn_claim(message_pk):
+    if not engine.run(_retrying(turn_claim, message_pk)):
         return  # another delivery of this turn got there first
     # The turn's database work runs on the engine's threads: give this thread's connection back.
     close_old_connections()
@@ -131,7 +131,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
     cancel_given = False
     lost = False
     try:
-        setup = await db(_prepare, task_pk, message_pk)
+        setup = await _retrying(_prepare, task_pk, message_pk)
         if setup is None:
             return
         turn, executor, request_context, view = setup

@@ -24,7 +24,7 @@ from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
 from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, send_answer, task_list, with_history_length
-from tasks_app.services import message_send, task_cancel, task_get
+from tasks_app.services import SendOutcome, message_send, task_cancel, task_get
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +105,14 @@ async def send_streaming_message(
     """SendStreamingMessage; `send` as for send_message."""
     check_tenant(call, request)
     outcome = await _accept(send, call, request)
+    # Accepted: from here on the stream is the answer, as for send_message.
     if call.last_event_id is not None:
-        log_end = await db(_log_end, outcome.task.pk)
+        try:
+            log_end = await db(_log_end, outcome.task.pk)
+        except UNAVAILABLE_ERRORS as exc:
+            # The log as it ended when the message was accepted: it only grows.
+            logger.warning("Reading task %s: the database is unavailable (%r)", outcome.task.pk, exc)
+            log_end = outcome.task.event_seq
         if call.last_event_id <= log_end:
             return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
         if outcome.duplicate:
@@ -117,7 +123,7 @@ async def send_streaming_message(
         # A new task: its log starts with the Task itself, so the stream is the log.
         hold = outcome.task.reply == Task.Reply.OPEN
         return _stream(outcome.task.pk, after=0, snapshot=False, hold_task=hold)
-    return _stream(outcome.task.pk, after=None, snapshot=True)
+    return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
 
 
 async def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
@@ -172,11 +178,19 @@ async def _stream(
     snapshot: bool,
     wait_past_interruption: bool = False,
     hold_task: bool = False,
+    accepted: SendOutcome | None = None,
 ) -> AsyncIterator:
     if snapshot:
         # The spec wants the current Task first; its id is the log position it reflects.
         # (A retried send of a message exchange gets the agent's Message, the whole answer.)
-        after, first = await db(_snapshot_with_seq, task_pk)
+        try:
+            after, first = await db(_snapshot_with_seq, task_pk)
+        except UNAVAILABLE_ERRORS as exc:
+            if accepted is None:
+                raise
+            # A send's stream: the task as it was accepted, then the log from there.
+            logger.warning("Reading task %s: the database is unavailable (%r)", task_pk, exc)
+            after, first = accepted.task.event_seq, {"task": accepted.accepted}
         yield after, first
         state = payload_state(first)
         if "message" in first or state in TERMINAL_STATES:

@@ -367,10 +367,12 @@ class Call:
         """accepted, clear-error, internal-error or no-answer, as the client saw it."""
         if self.stream is not None:
             run = self.stream
-            if run.error is not None:
-                return "internal-error" if run.error.get("code") == INTERNAL_ERROR else "clear-error"
+            # HTTP 503 first, as for the other calls: a store outage's refusal (StoreUnavailable)
+            # is JSON-RPC -32603 by design, and only its status tells it from an internal error.
             if run.status == 503:
                 return "clear-error"
+            if run.error is not None:
+                return "internal-error" if run.error.get("code") == INTERNAL_ERROR else "clear-error"
             if run.status is not None and run.status >= 500:
                 return "internal-error"
             return "accepted" if run.events else "no-answer"
@@ -417,19 +419,37 @@ class Load:
 
     def run(self, kind: str) -> None:
         while not self.stopping.is_set():
-            call = Call(kind, f"fault-{kind}-{uuid.uuid4()}", time.time())
-            with self.lock:
-                self.calls.append(call)
-            params = send_params(f"load {call.message_id[-6:]}", call.message_id)
-            if kind == "stream":
-                body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
-                call.stream = stream_all(self.url, body, StreamRun(call.message_id), limit=40)
-            elif kind == "rest":
-                call.answer = post_json(self.url + "rest/message:send", params)
-            else:
-                call.answer = rpc(self.url, "SendMessage", params)
-            call.finished = time.time()
+            self.call(kind)
             self.stopping.wait(0.2)
+
+    def call(self, kind: str) -> Call:
+        """One call of `kind`, counted with the load's calls."""
+        call = Call(kind, f"fault-{kind}-{uuid.uuid4()}", time.time())
+        with self.lock:
+            self.calls.append(call)
+        params = send_params(f"load {call.message_id[-6:]}", call.message_id)
+        if kind == "stream":
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+            call.stream = stream_all(self.url, body, StreamRun(call.message_id), limit=40)
+        elif kind == "rest":
+            call.answer = post_json(self.url + "rest/message:send", params)
+        else:
+            call.answer = rpc(self.url, "SendMessage", params)
+        call.finished = time.time()
+        return call
+
+    def probe(self) -> list[Call]:
+        """One call of each kind at once, besides the load's own; returns when all are answered."""
+        probes: list[Call] = []
+        threads = [
+            threading.Thread(target=lambda kind=kind: probes.append(self.call(kind)), daemon=True)
+            for kind in ("blocking", "stream", "rest")
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        return probes
 
 
 def outage_figures(

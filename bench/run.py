@@ -3,6 +3,7 @@
     .venv/bin/python bench/run.py --quick              # < 1 min: blocking send, c=1 and 8, 3 servers
     .venv/bin/python bench/run.py                      # every scenario at c=1, 8, 32, both modes
     .venv/bin/python bench/run.py --mode services --list-scale   # + ListTasks at 1k/100k/1M tasks
+    .venv/bin/python bench/run.py --history            # + GetTask at history length 2 and 1,000
     .venv/bin/python bench/run.py --json var/bench/today.json
 
 Servers, all on loopback, all behind Daphne, started the way tests/live.py starts them:
@@ -17,7 +18,9 @@ Each (scenario, concurrency) is split into rounds; every round gives each server
 the same time slice, in an order that rotates and reverses from round to round,
 so a burst of noise from elsewhere hits all servers alike. Any bad answer
 (non-200, JSON-RPC error, an echo task that does not end COMPLETED, a timeout)
-is counted in `bad` and makes the run invalid (exit status 1). See bench/README.md.
+is counted in `bad` and makes the run invalid (exit status 1). Every row also
+carries `cpu_ms`: the CPU time each of the server's own processes spent during
+its measured slices, per answer (read from /proc/<pid>/stat). See bench/README.md.
 """
 
 import argparse
@@ -64,6 +67,7 @@ PID = os.getpid()
 PLATFORM_DB = f"a2a_bench_{PID}"
 SDK_DB = f"a2a_bench_sdk_{PID}"
 PLATFORM_TASK_TABLE = "tasks_app_task"
+PLATFORM_MESSAGE_TABLE = "tasks_app_message"
 SDK_TASK_TABLE = "tasks"
 
 SERVICES, EMBEDDED, SDK_MEMORY, SDK_POSTGRES = (
@@ -74,7 +78,12 @@ SERVICES, EMBEDDED, SDK_MEMORY, SDK_POSTGRES = (
 )
 BASELINES = (SDK_MEMORY, SDK_POSTGRES)
 BASIC_SCENARIOS = ("send", "send_ri", "stream", "get")
+# GetTask (no historyLength) on a COMPLETED echo task whose history holds this many
+# messages (`--history`). A fresh echo task has 2: the user's and the WORKING status message.
+HISTORY_SCENARIOS = {"get_h2": 2, "get_h1000": 1000}
+ECHO_HISTORY = 2
 LIST_PAGE_SIZE = 50
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def log(message: str) -> None:
@@ -82,6 +91,23 @@ def log(message: str) -> None:
 
 
 # --- Processes ------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process, all its threads included, from /proc/<pid>/stat (None if unreadable)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command name "(...)", which may itself hold spaces: state is
+    # field 3 of proc(5), so utime (14) and stime (15) are at 11 and 12 here.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def cpu_label(proc: Process) -> str:
+    """The label of a process in `cpu_ms`: web / worker for services mode, else server."""
+    return {"platform-web": "web", "platform-worker": "worker"}.get(proc.name, "server")
 
 
 @dataclass
@@ -95,6 +121,19 @@ class Server:
     task_id: str = ""  # one COMPLETED task, for GetTask
     last_ri_task: str = ""  # the last task a returnImmediately send accepted
     clients: list[httpx.AsyncClient] = field(default_factory=list)
+    # GetTask at history length: scenario -> the COMPLETED task it reads, and what its
+    # answer carries (number of history messages, the newest one's messageId).
+    history_tasks: dict[str, str] = field(default_factory=dict)
+    history_answers: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def cpu_times(self) -> dict[str, float]:
+        """CPU seconds used so far by each of this server's own processes, by cpu_label."""
+        times = {}
+        for proc in self.procs:
+            seconds = cpu_seconds(proc.popen.pid)
+            if seconds is not None:
+                times[cpu_label(proc)] = times.get(cpu_label(proc), 0.0) + seconds
+        return times
 
 
 def run_checked(args: list[str], env: dict, what: str) -> None:
@@ -291,6 +330,33 @@ async def op_get(client, server: Server) -> None:
         raise Bad(f"GetTask returned {task.get('id')!r} in {state_of(task)!r}")
 
 
+def history_of(task: dict) -> tuple[int, str]:
+    """(number of history messages, the newest one's messageId) of a Task answer."""
+    history = task.get("history") or []
+    return len(history), (history[-1].get("messageId", "") if history else "")
+
+
+async def get_history_task(client, server: Server, scenario: str) -> tuple[int, str]:
+    """GetTask (no historyLength) of the scenario's task: checked, then what its history carries."""
+    task_id = server.history_tasks[scenario]
+    task = await rpc(client, server.rpc_url, "GetTask", {"id": task_id})
+    task = task.get("task", task)
+    if task.get("id") != task_id or state_of(task) != COMPLETED:
+        raise Bad(f"GetTask returned {task.get('id')!r} in {state_of(task)!r}, not {task_id} COMPLETED")
+    return history_of(task)
+
+
+def history_op(scenario: str):
+    """The op of a get_h<N> scenario: the right task, carrying the same history as when it was loaded."""
+
+    async def op_get_history(client, server: Server) -> None:
+        carried = await get_history_task(client, server, scenario)
+        if carried != server.history_answers[scenario]:
+            raise Bad(f"GetTask history {carried}, expected {server.history_answers[scenario]}")
+
+    return op_get_history
+
+
 async def op_list(client, server: Server) -> None:
     result = await rpc(client, server.rpc_url, "ListTasks", {"pageSize": LIST_PAGE_SIZE})
     if len(result.get("tasks") or []) != LIST_PAGE_SIZE:
@@ -298,6 +364,7 @@ async def op_list(client, server: Server) -> None:
 
 
 OPS = {"send": op_send, "send_ri": op_send_ri, "stream": op_stream, "get": op_get, "list": op_list}
+OPS.update({scenario: history_op(scenario) for scenario in HISTORY_SCENARIOS})
 
 
 # --- Closed loop -------------------------------------------------------------------
@@ -310,6 +377,11 @@ class Sample:
     wall: float = 0.0
     bad: int = 0
     first_bad: str = ""
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process label, in the slices
+
+    def add_cpu(self, before: dict[str, float], after: dict[str, float]) -> None:
+        for label, seconds in after.items():
+            self.cpu[label] = self.cpu.get(label, 0.0) + seconds - before.get(label, seconds)
 
     def record_bad(self, exc: BaseException) -> None:
         self.bad += 1
@@ -385,6 +457,12 @@ def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> lis
             "p50_ms": ms(50),
             "p99_ms": ms(99),
             "bad": sample.bad,
+            # CPU ms per answer of each of the server's own processes (threads included).
+            "cpu_ms": {
+                label: round(seconds * 1000 / len(latencies), 2) for label, seconds in sample.cpu.items()
+            }
+            if latencies
+            else {},
             "n": len(latencies),
             "first_bad": sample.first_bad,
         }
@@ -400,11 +478,18 @@ async def measure(servers: list[Server], scenario: str, kind: str, concurrencies
         samples = {server.label: Sample() for server in servers}
         for round_index in range(args.rounds):
             for server in round_order(servers, round_index):
+                # CPU is read around the slice and, for returnImmediately, the drain of
+                # its backlog: the work the slice's answers started.
+                cpu_before = server.cpu_times()
                 await closed_loop(server, kind, concurrency, args.seconds, samples[server.label])
                 if kind == "send_ri":
                     await drain(server, samples[server.label])
+                samples[server.label].add_cpu(cpu_before, server.cpu_times())
         for server in servers:
-            rows += rows_of(server.label, scenario, concurrency, samples[server.label])
+            for row in rows_of(server.label, scenario, concurrency, samples[server.label]):
+                if scenario in HISTORY_SCENARIOS:
+                    row["history_messages"] = server.history_answers[scenario][0]
+                rows.append(row)
         log(f"  done: {scenario} c={concurrency}")
     return rows
 
@@ -525,6 +610,155 @@ async def measure_lists(servers: list[Server], args) -> list[dict]:
     return rows
 
 
+# --- Bulk load for GetTask at history length ----------------------------------------------
+
+
+def _message_templates(conn, task_id, placeholder: str) -> tuple[list, object]:
+    """Ids of the task's history rows (all but the status message), oldest first; the oldest's created_at."""
+    rows = conn.execute(
+        f"SELECT m.id, m.created_at FROM {PLATFORM_MESSAGE_TABLE} m JOIN {PLATFORM_TASK_TABLE} t "
+        f"ON t.id = m.task_id WHERE m.task_id = {placeholder} "
+        "AND (t.status_message_id IS NULL OR m.id <> t.status_message_id) ORDER BY m.created_at, m.id",
+        (task_id,),
+    ).fetchall()
+    if len(rows) != ECHO_HISTORY:
+        raise RuntimeError(f"task {task_id} has {len(rows)} history messages stored, not {ECHO_HISTORY}")
+    return [row[0] for row in rows], rows[0][1]
+
+
+def _pg_add_messages(args, dbname: str, task_id: str, add: int) -> None:
+    """Adds `add` message rows to a platform task, older than its own: its history rows copied in turn.
+
+    One INSERT ... SELECT from generate_series, straight into the database: copy g
+    of `add` (1 = oldest) is the task's history row (g - 1) mod 2 with a new id and
+    messageId and created_at (add + 1 - g) ms before the task's first message, its
+    other timestamps moved by as much; every other column as in the template. The
+    column list is read from the database.
+    """
+    with pg_connect(args, dbname) as conn:
+        columns = conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = %s AND table_schema = 'public' ORDER BY ordinal_position",
+            (PLATFORM_MESSAGE_TABLE,),
+        ).fetchall()
+        templates, first = _message_templates(conn, task_id, "%s")
+        shift = "(%(first)s - t.created_at - (%(add)s + 1 - g) * interval '1 millisecond')"
+        names, exprs = [], []
+        for name, data_type in columns:
+            if name == "id":
+                continue  # the table's identity
+            names.append(name)
+            if name == "message_id":
+                exprs.append("gen_random_uuid()::text")
+            elif data_type.startswith("timestamp"):
+                exprs.append(f"t.{name} + {shift}")
+            else:
+                exprs.append(f"t.{name}")
+        conn.execute(
+            f"INSERT INTO {PLATFORM_MESSAGE_TABLE} ({', '.join(names)}) SELECT {', '.join(exprs)} "
+            f"FROM generate_series(1, %(add)s) g JOIN {PLATFORM_MESSAGE_TABLE} t "
+            "ON t.id = (%(templates)s::bigint[])[1 + (g - 1) %% cardinality(%(templates)s::bigint[])] "
+            "ORDER BY g",
+            {"first": first, "add": add, "templates": templates},
+        )
+        conn.execute(f"ANALYZE {PLATFORM_MESSAGE_TABLE}")
+
+
+def _sqlite_add_messages(path: str, task_id: str, add: int) -> None:
+    """The SQLite version of _pg_add_messages (a recursive CTE instead of generate_series)."""
+    conn = sqlite3.connect(path, timeout=60)
+    try:
+        task_key = uuid.UUID(task_id).hex  # Django stores a UUIDField as 32 hex digits on SQLite
+        columns = conn.execute(f"PRAGMA table_info({PLATFORM_MESSAGE_TABLE})").fetchall()
+        templates, first = _message_templates(conn, task_key, "?")
+        # Days to move copy g's timestamps by (julianday arithmetic).
+        shift = "(julianday(:first) - julianday(t.created_at) - (:add + 1 - g.n) / 86400000.0)"
+        names, exprs = [], []
+        for _cid, name, col_type, *_ in columns:
+            if name == "id":
+                continue  # INTEGER PRIMARY KEY AUTOINCREMENT
+            names.append(name)
+            if name == "message_id":
+                exprs.append("lower(hex(randomblob(16)))")
+            elif col_type.lower() == "datetime":
+                exprs.append(f"strftime('%Y-%m-%d %H:%M:%f', julianday(t.{name}) + {shift})")
+            else:
+                exprs.append(f"t.{name}")
+        conn.execute(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :add) "
+            f"INSERT INTO {PLATFORM_MESSAGE_TABLE} ({', '.join(names)}) SELECT {', '.join(exprs)} "
+            f"FROM g JOIN {PLATFORM_MESSAGE_TABLE} t "
+            "ON t.id = CASE (g.n - 1) % 2 WHEN 0 THEN :t0 ELSE :t1 END ORDER BY g.n",
+            {"first": first, "add": add, "t0": templates[0], "t1": templates[1]},
+        )
+        conn.execute(f"ANALYZE {PLATFORM_MESSAGE_TABLE}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _pg_sdk_history(args, dbname: str, task_id: str, add: int) -> None:
+    """Prepends `add` messages to an SDK task's stored `history` JSON: its own, in turn, new messageIds."""
+    from psycopg.types.json import Json
+
+    with pg_connect(args, dbname) as conn:
+        query = f"SELECT history FROM {SDK_TASK_TABLE} WHERE id = %s"
+        history = conn.execute(query, (task_id,)).fetchone()[0]
+        if len(history or []) != ECHO_HISTORY:
+            raise RuntimeError(f"SDK task {task_id} has {len(history or [])} history messages stored")
+        copies = [{**history[n % len(history)], "messageId": str(uuid.uuid4())} for n in range(add)]
+        conn.execute(
+            f"UPDATE {SDK_TASK_TABLE} SET history = %s::json WHERE id = %s", (Json(copies + history), task_id)
+        )
+
+
+def add_history(args, server: Server, task_id: str, add: int) -> None:
+    """Gives the server's stored task `add` more history messages, older than its own two."""
+    if server.label == SDK_MEMORY:
+        response = httpx.post(
+            server.rpc_url.rstrip("/") + "/_bench/fill",
+            json={"task_id": task_id, "history": ECHO_HISTORY + add},
+            timeout=60,
+            trust_env=False,
+        )
+        response.raise_for_status()
+    elif server.label == SDK_POSTGRES:
+        _pg_sdk_history(args, server.storage[1], task_id, add)
+    elif server.storage[0] == "postgres":
+        _pg_add_messages(args, server.storage[1], task_id, add)
+    else:
+        _sqlite_add_messages(server.storage[1], task_id, add)
+
+
+async def prepare_history(servers: list[Server], scenarios: list[str], args) -> None:
+    """One new COMPLETED echo task per get_h<N> scenario and server, loaded to N history messages.
+
+    The answer each server gives for it (messages carried, the newest one's id) is
+    read once here; every measured answer must carry the same. The added messages are
+    older than the task's own, so its newest history message stays the newest.
+    """
+    for server in servers:
+        for scenario in scenarios:
+            client = server.clients[0]
+            await op_send(client, server)
+            server.history_tasks[scenario] = server.task_id
+            carried = await get_history_task(client, server, scenario)
+            if carried[0] != ECHO_HISTORY:
+                raise Bad(f"{server.label}: a new echo task carries {carried[0]} history messages")
+            if HISTORY_SCENARIOS[scenario] > ECHO_HISTORY:
+                add = HISTORY_SCENARIOS[scenario] - ECHO_HISTORY
+                await asyncio.to_thread(add_history, args, server, server.task_id, add)
+                newest = carried[1]
+                carried = await get_history_task(client, server, scenario)
+                if carried[1] != newest:  # the copies are older: the newest message stays the newest
+                    raise Bad(f"{server.label}: after the load the newest history message is {carried[1]}")
+            server.history_answers[scenario] = carried
+            log(
+                f"  {server.label:<18} {scenario}: task {server.task_id}, "
+                f"{HISTORY_SCENARIOS[scenario]} messages stored, {carried[0]} in its GetTask answer"
+            )
+
+
 # --- The run ---------------------------------------------------------------------------
 
 
@@ -541,6 +775,8 @@ async def benchmark(servers: list[Server], args) -> list[dict]:
         warm = Sample()
         for server in servers:
             await op_send(server.clients[0], server)
+        if history := [kind for kind in args.scenarios if kind in HISTORY_SCENARIOS]:
+            await prepare_history(servers, history, args)
         for kind in args.scenarios:
             for server in servers:
                 await closed_loop(server, kind, max(args.concurrency), args.warmup, warm)
@@ -567,10 +803,18 @@ def ratio(a, b) -> str:
     return f"{a / b:.2f}" if a and b else "-"
 
 
+def cpu_column(cpu_ms: dict[str, float]) -> str:
+    """`cpu_ms` compactly: "3.1" for one process, "12.1+20.3" for web+worker."""
+    return "+".join(f"{cpu_ms[label]:.1f}" for label in sorted(cpu_ms, key=CPU_ORDER.index)) or "-"
+
+
+CPU_ORDER = ["server", "web", "worker"]
+
+
 def table(rows: list[dict]) -> str:
     header = (
         f"{'scenario':<14}{'c':>3}  {'server':<19}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'bad':>5}"
-        f"  | {'rps/mem':>8}{'p50/mem':>8}  | {'rps/pg':>7}{'p50/pg':>7}"
+        f"{'cpu ms':>12}  | {'rps/mem':>8}{'p50/mem':>8}  | {'rps/pg':>7}{'p50/pg':>7}"
     )
     lines = [header, "-" * len(header)]
     groups: dict[tuple, dict] = {}
@@ -588,6 +832,7 @@ def table(rows: list[dict]) -> str:
             p50 = f"{row['p50_ms']:.1f}" if row["p50_ms"] is not None else "-"
             p99 = f"{row['p99_ms']:.1f}" if row["p99_ms"] is not None else "-"
             line = f"{name:<14}{conc:>3}  {label:<19}{row['rps']:>8.1f}{p50:>9}{p99:>9}{row['bad']:>5}"
+            line += f"{cpu_column(row.get('cpu_ms') or {}):>12}"
             if label not in BASELINES:
                 line += (
                     f"  | {ratio(row['rps'], mem.get('rps')):>8}{ratio(row['p50_ms'], mem.get('p50_ms')):>8}"
@@ -596,6 +841,48 @@ def table(rows: list[dict]) -> str:
                     f"  | {ratio(row['rps'], pg.get('rps')):>7}{ratio(row['p50_ms'], pg.get('p50_ms')):>7}"
                 )
             lines.append(line)
+    return "\n".join(lines)
+
+
+def history_ratios(rows: list[dict]) -> list[dict]:
+    """Per server and concurrency: p50(get_h1000) / p50(get_h2), and the messages each answer carried."""
+    by_key = {(row["server"], row["concurrency"], row["scenario"]): row for row in rows}
+    short, long = sorted(HISTORY_SCENARIOS, key=HISTORY_SCENARIOS.get)
+    out = []
+    for (server, concurrency, scenario), row in by_key.items():
+        other = by_key.get((server, concurrency, long))
+        if scenario != short or other is None:
+            continue
+        out.append(
+            {
+                "server": server,
+                "concurrency": concurrency,
+                f"p50_ms_{short}": row["p50_ms"],
+                f"p50_ms_{long}": other["p50_ms"],
+                "p50_ratio": round(other["p50_ms"] / row["p50_ms"], 2)
+                if row["p50_ms"] and other["p50_ms"]
+                else None,
+                f"messages_{short}": row.get("history_messages"),
+                f"messages_{long}": other.get("history_messages"),
+            }
+        )
+    return out
+
+
+def history_table(ratios: list[dict]) -> str:
+    short, long = sorted(HISTORY_SCENARIOS, key=HISTORY_SCENARIOS.get)
+    lines = [
+        f"GetTask at history length (no historyLength): p50 {long} / p50 {short}, "
+        "and the history messages each answer carried",
+        f"{'server':<19}{'c':>3}{'p50 ' + short:>12}{'p50 ' + long:>14}{'ratio':>7}{'carried':>12}",
+    ]
+    for item in ratios:
+        ratio_text = f"{item['p50_ratio']:.2f}" if item["p50_ratio"] is not None else "-"
+        carried = f"{item[f'messages_{short}']} / {item[f'messages_{long}']}"
+        lines.append(
+            f"{item['server']:<19}{item['concurrency']:>3}{item[f'p50_ms_{short}'] or 0:>12.1f}"
+            f"{item[f'p50_ms_{long}'] or 0:>14.1f}{ratio_text:>7}{carried:>12}"
+        )
     return "\n".join(lines)
 
 
@@ -630,7 +917,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="platform mode(s) (default: both; quick: services)",
     )
     parser.add_argument(
-        "--scenarios", help=f"comma list of {','.join(BASIC_SCENARIOS)}, or none (default: all; quick: send)"
+        "--scenarios",
+        help=f"comma list of {','.join(BASIC_SCENARIOS)}, {','.join(HISTORY_SCENARIOS)}, or none "
+        f"(default: {','.join(BASIC_SCENARIOS)}; quick: send)",
+    )
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help=f"also GetTask at history length 2 and 1,000 ({', '.join(HISTORY_SCENARIOS)})",
     )
     parser.add_argument("-c", "--concurrency", type=int_list, help="comma list (default 1,8,32; quick 1,8)")
     parser.add_argument(
@@ -667,7 +961,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.scenarios = (args.scenarios or ("send" if quick else ",".join(BASIC_SCENARIOS))).split(",")
     if args.scenarios == ["none"]:  # e.g. only ListTasks at scale
         args.scenarios = []
-    if unknown := set(args.scenarios) - set(BASIC_SCENARIOS):
+    if args.history:
+        args.scenarios += [name for name in HISTORY_SCENARIOS if name not in args.scenarios]
+    if unknown := set(args.scenarios) - {*BASIC_SCENARIOS, *HISTORY_SCENARIOS}:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     args.concurrency = args.concurrency or ([1, 8] if quick else [1, 8, 32])
     args.rounds = args.rounds or (3 if quick else 4)
@@ -749,6 +1045,8 @@ def main(argv: list[str] | None = None) -> int:
         "total_seconds": round(time.perf_counter() - t_start, 1),
         "rows": rows,
     }
+    if ratios := history_ratios(rows):
+        report["history_ratios"] = ratios
     out = args.json or OUT_DIR / f"{started_at.strftime('%Y%m%dT%H%M%SZ')}-{args.mode}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -761,6 +1059,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table(rows))
     print("\nrps/x > 1: more requests a second than baseline x; p50/x < 1: lower median latency than x.")
+    print(
+        "cpu ms: CPU time of the server's own processes (all threads; web+worker in services mode) "
+        "during its slices, per answer."
+    )
+    if ratios:
+        print("\n" + history_table(ratios))
     print(f"JSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     bad = sum(row["bad"] for row in rows if row["scenario"] != "stream_final")
     if bad:

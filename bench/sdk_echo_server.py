@@ -10,7 +10,9 @@ BENCH_SDK_STORE picks the task store:
 
 - `memory` (default): `InMemoryTaskStore`; nothing is written anywhere before the answer.
   A bench-only `POST /_bench/fill {"total": N}` copies the newest stored task until the
-  store holds N tasks (ListTasks at scale; the SQL store is filled with SQL instead).
+  store holds N tasks (ListTasks at scale); `POST /_bench/fill {"task_id": ID, "history": N}`
+  prepends copies of that task's own history messages (new messageIds) until its history
+  holds N (GetTask at history length). The SQL store is filled with SQL instead.
 - `sql`: `DatabaseTaskStore` on the SQLAlchemy async URL in BENCH_SDK_DB_URL
   (`postgresql+asyncpg://...`), its table created on first use.
 """
@@ -98,11 +100,34 @@ def build_store(kind: str = STORE, db_url: str = DB_URL) -> TaskStore:
     raise RuntimeError(f"unknown BENCH_SDK_STORE {kind!r}")
 
 
+def fill_history(store: InMemoryTaskStore, task_id: str, length: int) -> JSONResponse:
+    """Bench only: prepend copies of the task's history messages, in turn, until it holds `length`."""
+    impl = store._impl  # the dict behind the SDK's in-memory store
+    with impl.lock:
+        task = next((tasks[task_id] for tasks in impl.tasks.values() if task_id in tasks), None)
+        if task is None or not task.history:
+            return JSONResponse({"error": f"no task {task_id} with a history"}, status_code=404)
+        own = list(task.history)
+        copies = []
+        for n in range(length - len(own)):
+            copy = type(own[0])()
+            copy.CopyFrom(own[n % len(own)])
+            copy.message_id = str(uuid.uuid4())
+            copies.append(copy)
+        task.ClearField("history")
+        task.history.extend(copies + own)
+        return JSONResponse({"history": len(task.history)})
+
+
 def fill_route(store: InMemoryTaskStore) -> Route:
-    """Bench only: copy the newest task of each owner until the owner holds `total` tasks."""
+    """Bench only: copy the newest task of each owner until the owner holds `total` tasks
+    (or, given `task_id` and `history`, fill that task's history: fill_history)."""
 
     async def fill(request: Request) -> JSONResponse:
-        total = int((await request.json())["total"])
+        body = await request.json()
+        if "task_id" in body:
+            return fill_history(store, str(body["task_id"]), int(body["history"]))
+        total = int(body["total"])
         impl = store._impl  # the dict behind the SDK's in-memory store
         with impl.lock:
             counts = {}

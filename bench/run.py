@@ -173,6 +173,8 @@ def platform_env(args, mode: str, var_dir: Path) -> dict[str, str]:
         if key not in ("DATABASE_URL", "REDIS_URL", "SQLITE_PATH", "CELERY_QUEUE")
     }
     env["A2A_VAR_DIR"] = str(var_dir)
+    # As the SDK's servers run (daphne -v 0): no access log line per request.
+    env["A2A_ACCESS_LOG"] = "false"
     if not args.debug:
         env.update(
             DEBUG="false",

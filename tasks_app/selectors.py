@@ -34,6 +34,11 @@ def task_snapshot(task_pk, *, history_length: int | None = None, include_artifac
     return _snapshot(task, history_length=history_length, include_artifacts=include_artifacts)
 
 
+def snapshot_of(task: Task, *, history_length: int | None = None) -> dict:
+    """task_snapshot() of a task already read with its context and status message (two queries)."""
+    return _snapshot(task, history_length=history_length)
+
+
 def send_answer(task_pk, *, history_length: int | None = None) -> dict:
     """What SendMessage answers for a stored task: {"message": ...} (a message exchange) or {"task": ...}."""
     task = Task.objects.select_related("context", "status_message").get(pk=task_pk)

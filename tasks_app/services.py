@@ -34,7 +34,7 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
-from tasks_app.selectors import task_snapshot
+from tasks_app.selectors import snapshot_of, task_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -282,10 +282,11 @@ def _dispatch_after_commit(task: Task, message: Message) -> None:
 
 
 def task_get(caller: Caller, task_id: str, *, history_length: int | None = None) -> dict:
+    # Read once, with its context and status message: the snapshot needs no second look.
     task = get_task_for_caller(caller, task_id)
     if task is None:
         raise TaskNotFoundError()
-    return task_snapshot(task.pk, history_length=history_length)
+    return snapshot_of(task, history_length=history_length)
 
 
 def task_cancel(caller: Caller, task_id: str) -> dict:

@@ -31,8 +31,8 @@ SEND_WITH_KEY_MAX = 5
 PREPARE_MAX = 3
 # Lock, artifact lookup and write, agent message insert, the log, the task, push configs, lease.
 STORE_MAX = 9
-# The caller's task, then task, history page, artifacts.
-GET_MAX = 4
+# The caller's task (with its context and status message), its history page, its artifacts.
+GET_MAX = 3
 
 
 class Rollback(Exception):

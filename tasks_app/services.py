@@ -45,6 +45,9 @@ class SendOutcome:
     # The last log entry before this message was accepted; streams resume after it.
     seq_before: int
     duplicate: bool = False
+    # A new task as the accept stored it (its first log entry): the answer of a
+    # returnImmediately send, with no second read.
+    snapshot: dict | None = None
 
     @property
     def accepted(self) -> dict:
@@ -119,10 +122,11 @@ def message_send(
                 return SendOutcome(task=previous, seq_before=0, duplicate=True)
         if message.task_id:
             seq_before = _continue_task(caller, task, message, push_config, decision)
+            snapshot = None
         else:
-            _create_task(caller, task, message, push_config)
+            snapshot = _create_task(caller, task, message, push_config)
             seq_before = 0
-    return SendOutcome(task=task, seq_before=seq_before)
+    return SendOutcome(task=task, seq_before=seq_before, snapshot=snapshot)
 
 
 def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | None:
@@ -194,16 +198,19 @@ def _task_to_continue(caller: Caller, message: pb.Message) -> Task:
 
 def _create_task(
     caller: Caller, task: Task, message: pb.Message, push_config: PushConfigInput | None
-) -> None:
+) -> dict:
+    """Store a new task with its first message and log entry; the task as stored."""
     task.save(force_insert=True)
     user_message = _store_user_message(caller, task, message)
     task.event_seq = 0
-    events = log_append(task, [(TaskEvent.Kind.TASK, {"task": task_dict(task, messages=[user_message])})])
+    snapshot = task_dict(task, messages=[user_message])
+    events = log_append(task, [(TaskEvent.Kind.TASK, {"task": snapshot})])
     if push_config is not None:
         # Stored before the first event is queued, so the webhook gets the Task itself too.
         push_config_save(task, push_config)
         push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
+    return snapshot
 
 
 def _continue_task(

@@ -83,6 +83,9 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
     finally:
         if feed is not None:
             await feed.close()
+    if not blocking and outcome.snapshot is not None:
+        # A new task, answered as the accept stored it: no second read.
+        return {"task": with_history_length(outcome.snapshot, history_length)}
     try:
         return await db(send_answer, outcome.task.pk, history_length=history_length)
     except UNAVAILABLE_ERRORS as exc:

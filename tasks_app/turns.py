@@ -33,6 +33,7 @@ task) can let it go.
 """
 
 import asyncio
+import copy
 import logging
 import time
 from dataclasses import dataclass
@@ -710,10 +711,19 @@ class _BatchWriter:
 
     def _stored_artifact(self, artifact_id: str) -> Artifact:
         if artifact_id not in self.artifacts:
-            self.artifacts[artifact_id] = Artifact.objects.filter(
+            self.artifacts[artifact_id] = self._artifact_of(artifact_id) or Artifact(
                 task=self.task, artifact_id=artifact_id
-            ).first() or Artifact(task=self.task, artifact_id=artifact_id)
+            )
         return self.artifacts[artifact_id]
+
+    def _artifact_of(self, artifact_id: str) -> Artifact | None:
+        if self.view is None:
+            return Artifact.objects.filter(task=self.task, artifact_id=artifact_id).first()
+        # The view holds the task's artifacts as its committed batches left them (the
+        # turn's lease fences out every other writer), so no query. A copy: this batch's
+        # changes reach the view only once committed.
+        known = next((a for a in self.view.artifacts if a.artifact_id == artifact_id), None)
+        return None if known is None else copy.copy(known)
 
     def commit(self) -> None:
         """Write what apply() gathered: messages, artifacts, the log entries, the task row."""

@@ -731,7 +731,9 @@ class _BatchWriter:
         if self.messages:
             Message.objects.bulk_create(self.messages)
             if task.status_message is not None:
-                task.status_message_id = task.status_message.pk
+                # Assigned again, not by its id: setting the id drops the cached message
+                # (its id changed), and the next read of it would be a query.
+                task.status_message = task.status_message
         for artifact in self.changed_artifacts.values():
             artifact.save()
         snapshot = None

@@ -29,8 +29,9 @@ SEND_MAX = 4
 SEND_WITH_KEY_MAX = 5
 # The task (with agent, tenant, context), its messages, its artifacts.
 PREPARE_MAX = 3
-# Lock, artifact lookup and write, agent message insert, the log, the task, push configs, lease.
-STORE_MAX = 9
+# Lock, lease, agent message insert, artifact write, the log, the task, push configs (the artifact
+# is found in the turn's view, the new status message stays cached).
+STORE_MAX = 7
 # The caller's task, then task, history page, artifacts.
 GET_MAX = 4
 

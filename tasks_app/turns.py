@@ -305,6 +305,13 @@ class TaskView:
     def message(self, pk: int) -> Message | None:
         return next((m for m in self.messages if m.pk == pk), None)
 
+    def attach_status_message(self, task: Task) -> None:
+        """Give the task its status message from here (it is one of the task's messages), not by a query."""
+        if task.status_message_id is not None:
+            known = self.message(task.status_message_id)
+            if known is not None:
+                task.status_message = known
+
     def add(self, messages: list[Message], artifacts: list[Artifact]) -> None:
         self.messages.extend(messages)
         for artifact in artifacts:
@@ -323,11 +330,12 @@ class TaskView:
 
 
 def _load(task_pk) -> tuple[Task, TaskView]:
-    task = Task.objects.select_related("agent", "tenant", "context", "status_message").get(pk=task_pk)
+    task = Task.objects.select_related("agent", "tenant", "context").get(pk=task_pk)
     view = TaskView(
         messages=list(task.messages.order_by("created_at", "pk")),
         artifacts=list(task.artifacts.order_by("created_at", "pk")),
     )
+    view.attach_status_message(task)
     return task, view
 
 
@@ -559,6 +567,8 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
         task = lock_task(turn.task_pk)
         if task.is_terminal:
             return None
+        if view is not None:
+            view.attach_status_message(task)
         writer = _BatchWriter(task, turn, view)
         for event in batch:
             writer.apply(event)
@@ -760,11 +770,9 @@ def _artifact_state(artifact: Artifact) -> dict:
 
 
 def lock_task(task_pk) -> Task:
-    return (
-        Task.objects.select_for_update(of=("self",))
-        .select_related("context", "status_message")
-        .get(pk=task_pk)
-    )
+    # The status message is not joined: a batch replaces it or (with a view) finds it
+    # there; only the rare reader without one loads it.
+    return Task.objects.select_for_update(of=("self",)).select_related("context").get(pk=task_pk)
 
 
 # --- Closing a turn ------------------------------------------------------------------

@@ -329,19 +329,38 @@ class TaskView:
         )
 
 
-def _load(task_pk) -> tuple[Task, TaskView]:
-    task = Task.objects.select_related("agent", "tenant", "context").get(pk=task_pk)
-    view = TaskView(
-        messages=list(task.messages.order_by("created_at", "pk")),
-        artifacts=list(task.artifacts.order_by("created_at", "pk")),
+def _load(task_pk, message_pk: int) -> tuple[Task, TaskView, Message] | None:
+    """The turn's task (with agent, tenant, context), its view, the turn's message; None if it is gone."""
+    user_message = (
+        Message.objects.select_related("task__agent", "task__tenant", "task__context")
+        .filter(pk=message_pk, task_id=task_pk)
+        .first()
     )
+    if user_message is None:
+        return None
+    task = user_message.task
+    if task.event_seq == 1:
+        # The log holds only the accept's Task entry: the task has the message it was
+        # created with and nothing else. Every later message or artifact is written
+        # with a log entry of its own (a follow-up's status, the agent's events, a
+        # restart's status), so there is nothing more to read. The common first turn
+        # costs one statement instead of three.
+        view = TaskView(messages=[user_message], artifacts=[])
+    else:
+        view = TaskView(
+            messages=list(task.messages.order_by("created_at", "pk")),
+            artifacts=list(task.artifacts.order_by("created_at", "pk")),
+        )
+        user_message = view.message(message_pk)
     view.attach_status_message(task)
-    return task, view
+    return task, view, user_message
 
 
 def _prepare(task_pk, message_pk: int):
-    task, view = _load(task_pk)
-    user_message = view.message(message_pk)
+    loaded = _load(task_pk, message_pk)
+    if loaded is None:
+        return None
+    task, view, user_message = loaded
     if user_message is None or user_message.turn != Message.Turn.RUNNING:
         return None  # the sweeper took it back meanwhile
     turn = Turn(
@@ -357,8 +376,10 @@ def _prepare(task_pk, message_pk: int):
     if turn.attempt > 1:
         if not _restart(turn):
             return None
-        task, view = _load(task_pk)
-        user_message = view.message(message_pk)
+        loaded = _load(task_pk, message_pk)
+        if loaded is None:
+            return None
+        task, view, user_message = loaded
     try:
         executor = build_executor(task.agent)
     except HandlerNotAvailable as exc:

@@ -264,9 +264,16 @@ def schema_refusal(info: HandlerInfo, config: dict, error: pydantic.ValidationEr
 def build_executor(agent) -> AgentExecutor:
     """A fresh executor for one turn. Executors that accept `config` get the agent's."""
     handler = load_handler(agent.handler)
-    if "config" in inspect.signature(handler).parameters:
+    if _takes_config(handler):
         return handler(config=agent.config)
     return handler()
+
+
+@cache
+def _takes_config(handler: type[AgentExecutor]) -> bool:
+    # Once per class, not per turn: for a class without an __init__ of its own,
+    # inspect.signature parses object.__init__'s text signature every time.
+    return "config" in inspect.signature(handler).parameters
 
 
 def handler_defaults(name: str) -> dict:

@@ -33,6 +33,7 @@ task) can let it go.
 """
 
 import asyncio
+import copy
 import logging
 import time
 from dataclasses import dataclass
@@ -304,6 +305,13 @@ class TaskView:
     def message(self, pk: int) -> Message | None:
         return next((m for m in self.messages if m.pk == pk), None)
 
+    def attach_status_message(self, task: Task) -> None:
+        """Give the task its status message from here (it is one of the task's messages), not by a query."""
+        if task.status_message_id is not None:
+            known = self.message(task.status_message_id)
+            if known is not None:
+                task.status_message = known
+
     def add(self, messages: list[Message], artifacts: list[Artifact]) -> None:
         self.messages.extend(messages)
         for artifact in artifacts:
@@ -321,18 +329,38 @@ class TaskView:
         )
 
 
-def _load(task_pk) -> tuple[Task, TaskView]:
-    task = Task.objects.select_related("agent", "tenant", "context", "status_message").get(pk=task_pk)
-    view = TaskView(
-        messages=list(task.messages.order_by("created_at", "pk")),
-        artifacts=list(task.artifacts.order_by("created_at", "pk")),
+def _load(task_pk, message_pk: int) -> tuple[Task, TaskView, Message] | None:
+    """The turn's task (with agent, tenant, context), its view, the turn's message; None if it is gone."""
+    user_message = (
+        Message.objects.select_related("task__agent", "task__tenant", "task__context")
+        .filter(pk=message_pk, task_id=task_pk)
+        .first()
     )
-    return task, view
+    if user_message is None:
+        return None
+    task = user_message.task
+    if task.event_seq == 1:
+        # The log holds only the accept's Task entry: the task has the message it was
+        # created with and nothing else. Every later message or artifact is written
+        # with a log entry of its own (a follow-up's status, the agent's events, a
+        # restart's status), so there is nothing more to read. The common first turn
+        # costs one statement instead of three.
+        view = TaskView(messages=[user_message], artifacts=[])
+    else:
+        view = TaskView(
+            messages=list(task.messages.order_by("created_at", "pk")),
+            artifacts=list(task.artifacts.order_by("created_at", "pk")),
+        )
+        user_message = view.message(message_pk)
+    view.attach_status_message(task)
+    return task, view, user_message
 
 
 def _prepare(task_pk, message_pk: int):
-    task, view = _load(task_pk)
-    user_message = view.message(message_pk)
+    loaded = _load(task_pk, message_pk)
+    if loaded is None:
+        return None
+    task, view, user_message = loaded
     if user_message is None or user_message.turn != Message.Turn.RUNNING:
         return None  # the sweeper took it back meanwhile
     turn = Turn(
@@ -348,8 +376,10 @@ def _prepare(task_pk, message_pk: int):
     if turn.attempt > 1:
         if not _restart(turn):
             return None
-        task, view = _load(task_pk)
-        user_message = view.message(message_pk)
+        loaded = _load(task_pk, message_pk)
+        if loaded is None:
+            return None
+        task, view, user_message = loaded
     try:
         executor = build_executor(task.agent)
     except HandlerNotAvailable as exc:
@@ -558,6 +588,8 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
         task = lock_task(turn.task_pk)
         if task.is_terminal:
             return None
+        if view is not None:
+            view.attach_status_message(task)
         writer = _BatchWriter(task, turn, view)
         for event in batch:
             writer.apply(event)
@@ -710,10 +742,19 @@ class _BatchWriter:
 
     def _stored_artifact(self, artifact_id: str) -> Artifact:
         if artifact_id not in self.artifacts:
-            self.artifacts[artifact_id] = Artifact.objects.filter(
+            self.artifacts[artifact_id] = self._artifact_of(artifact_id) or Artifact(
                 task=self.task, artifact_id=artifact_id
-            ).first() or Artifact(task=self.task, artifact_id=artifact_id)
+            )
         return self.artifacts[artifact_id]
+
+    def _artifact_of(self, artifact_id: str) -> Artifact | None:
+        if self.view is None:
+            return Artifact.objects.filter(task=self.task, artifact_id=artifact_id).first()
+        # The view holds the task's artifacts as its committed batches left them (the
+        # turn's lease fences out every other writer), so no query. A copy: this batch's
+        # changes reach the view only once committed.
+        known = next((a for a in self.view.artifacts if a.artifact_id == artifact_id), None)
+        return None if known is None else copy.copy(known)
 
     def commit(self) -> None:
         """Write what apply() gathered: messages, artifacts, the log entries, the task row."""
@@ -721,7 +762,9 @@ class _BatchWriter:
         if self.messages:
             Message.objects.bulk_create(self.messages)
             if task.status_message is not None:
-                task.status_message_id = task.status_message.pk
+                # Assigned again, not by its id: setting the id drops the cached message
+                # (its id changed), and the next read of it would be a query.
+                task.status_message = task.status_message
         for artifact in self.changed_artifacts.values():
             artifact.save()
         snapshot = None
@@ -748,11 +791,9 @@ def _artifact_state(artifact: Artifact) -> dict:
 
 
 def lock_task(task_pk) -> Task:
-    return (
-        Task.objects.select_for_update(of=("self",))
-        .select_related("context", "status_message")
-        .get(pk=task_pk)
-    )
+    # The status message is not joined: a batch replaces it or (with a view) finds it
+    # there; only the rare reader without one loads it.
+    return Task.objects.select_for_update(of=("self",)).select_related("context").get(pk=task_pk)
 
 
 # --- Closing a turn ------------------------------------------------------------------

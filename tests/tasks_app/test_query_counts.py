@@ -27,10 +27,13 @@ from tasks_app.turns import _prepare, events_store, turn_claim
 SEND_MAX = 4
 # With an Idempotency-Key: the key's record too (one INSERT; a retry is one SELECT after it).
 SEND_WITH_KEY_MAX = 5
-# The task (with agent, tenant, context), its messages, its artifacts.
-PREPARE_MAX = 3
-# Lock, artifact lookup and write, agent message insert, the log, the task, push configs, lease.
-STORE_MAX = 9
+# A task's first turn: its message with the task, agent, tenant and context (nothing else to read yet).
+PREPARE_MAX = 1
+# Lock, lease, agent message insert, artifact write, the log, the task, push configs (the artifact
+# is found in the turn's view, the new status message stays cached).
+STORE_MAX = 7
+# A later turn of the task: its message with the task, then the task's messages and artifacts.
+PREPARE_LATER_MAX = 3
 # The caller's task (with its context and status message), its history page, its artifacts.
 GET_MAX = 3
 
@@ -122,6 +125,55 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
         stored_task = task_get(caller, str(outcome.task.pk))
         assert stored_task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert [event.seq for event in outcome.task.events.order_by("seq")] == [1, 2, 3, 4]
+
+    _in_rollback(work)
+
+
+def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
+    caller = _caller()
+
+    def work():
+        outcome = _send(caller)
+        task_pk = str(outcome.task.pk)
+        first = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+        assert turn_claim(first)
+        turn, _, _, view = _prepare(task_pk, first)
+        asked = [
+            pb.TaskArtifactUpdateEvent(
+                task_id=task_pk, artifact=pb.Artifact(artifact_id="draft", parts=[pb.Part(text="v1")])
+            ),
+            pb.TaskStatusUpdateEvent(
+                task_id=task_pk,
+                status=pb.TaskStatus(
+                    state=pb.TASK_STATE_INPUT_REQUIRED,
+                    message=pb.Message(message_id="ask", role=pb.ROLE_AGENT, parts=[pb.Part(text="more?")]),
+                ),
+            ),
+        ]
+        assert events_store(turn, asked, view) == "input-required"
+        _send(caller, text="more", task_id=task_pk)
+        second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
+        assert turn_claim(second)
+        with CaptureQueriesContext(connection) as prepare:
+            turn, _, context, view = _prepare(task_pk, second)
+        assert len(_statements(prepare)) <= PREPARE_LATER_MAX, _statements(prepare)
+        assert [m.pk for m in view.messages][-1] == second and len(view.messages) == 3
+        assert [a.artifact_id for a in view.artifacts] == ["draft"]
+        assert "ask" in [m.message_id for m in context.current_task.history]
+        assert [a.artifact_id for a in context.current_task.artifacts] == ["draft"]
+        # The answer changes the artifact the first turn made: found in the view, not read again.
+        changed = [
+            pb.TaskArtifactUpdateEvent(
+                task_id=task_pk,
+                append=True,
+                artifact=pb.Artifact(artifact_id="draft", parts=[pb.Part(text="v2")]),
+            ),
+            pb.TaskStatusUpdateEvent(task_id=task_pk, status=pb.TaskStatus(state=pb.TASK_STATE_COMPLETED)),
+        ]
+        assert events_store(turn, changed, view) == "completed"
+        stored_task = task_get(caller, task_pk)
+        assert stored_task["artifacts"][0]["parts"] == [{"text": "v1"}, {"text": "v2"}]
+        assert len(stored_task["artifacts"]) == 1
 
     _in_rollback(work)
 

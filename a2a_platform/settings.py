@@ -402,5 +402,8 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},
+        # Celery's "Task ... succeeded" line per job repeats the turn's own "ended" line
+        # (which carries the task id); failures are still logged, at ERROR.
+        "celery.app.trace": {"level": "WARNING"},
     },
 }

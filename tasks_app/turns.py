@@ -45,7 +45,7 @@ from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidAgentResponseError
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -115,12 +115,14 @@ def turn_claim(message_pk: int) -> bool:
 
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
-    """Run one turn from a worker thread: claim it here, run it on the engine loop, wait."""
-    if not engine.run(_retrying(turn_claim, message_pk)):
-        return  # another delivery of this turn got there first
-    # The turn's database work runs on the engine's threads: give this thread's connection back.
-    close_old_connections()
-    engine.run(turn_drive(task_id, message_pk))
+    """Run one turn from a worker thread: claim it and run it on the engine loop, and wait."""
+    engine.run(_claim_and_drive(task_id, message_pk))
+
+
+async def _claim_and_drive(task_pk, message_pk: int) -> None:
+    if await _retrying(turn_claim, message_pk):
+        await turn_drive(task_pk, message_pk)
+    # else another delivery of this turn got there first
 
 
 async def turn_drive(task_pk, message_pk: int) -> None:

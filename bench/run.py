@@ -499,6 +499,15 @@ async def measure(servers: list[Server], scenario: str, kind: str, concurrencies
 # --- Bulk load for ListTasks at scale ------------------------------------------------
 
 
+def _pg_columns(conn, table: str) -> list[tuple[str, str]]:
+    """(name, data type) of each column of `table`, in order: the loaders follow schema changes."""
+    return conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = %s AND table_schema = 'public' ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+
+
 def _pg_copy_rows(args, dbname: str, table: str, add: int) -> None:
     """Copies the newest row of `table` `add` times: new ids, older timestamps, everything else alike.
 
@@ -506,11 +515,7 @@ def _pg_copy_rows(args, dbname: str, table: str, add: int) -> None:
     database (no ORM, no round trip per row).
     """
     with pg_connect(args, dbname) as conn:
-        columns = conn.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_name = %s AND table_schema = 'public' ORDER BY ordinal_position",
-            (table,),
-        ).fetchall()
+        columns = _pg_columns(conn, table)
         stamp = "last_updated" if table == SDK_TASK_TABLE else "status_timestamp"
         template = conn.execute(f"SELECT id FROM {table} ORDER BY {stamp} DESC LIMIT 1").fetchone()[0]
         exprs = []
@@ -638,11 +643,7 @@ def _pg_add_messages(args, dbname: str, task_id: str, add: int) -> None:
     column list is read from the database.
     """
     with pg_connect(args, dbname) as conn:
-        columns = conn.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_name = %s AND table_schema = 'public' ORDER BY ordinal_position",
-            (PLATFORM_MESSAGE_TABLE,),
-        ).fetchall()
+        columns = _pg_columns(conn, PLATFORM_MESSAGE_TABLE)
         templates, first = _message_templates(conn, task_id, "%s")
         shift = "(%(first)s - t.created_at - (%(add)s + 1 - g) * interval '1 millisecond')"
         names, exprs = [], []

@@ -5,17 +5,24 @@ tenant, so callers cannot tell those cases apart.
 """
 
 from agents.models import Agent
+from tenants import sql
 from tenants.access import usable_id
 from tenants.models import Tenant
 
 
 def get_enabled_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
-    """The agent served at /a2a/<tenant>/<agent>/, or None if it is missing or disabled."""
-    return (
-        Agent.objects.select_related("tenant")
-        .filter(tenant__slug=tenant_slug, slug=agent_slug, enabled=True)
-        .first()
+    """The agent served at /a2a/<tenant>/<agent>/, with its tenant, or None if it is missing or disabled."""
+    # Every A2A request starts here: one hand-written statement (tenants/sql.py).
+    row = sql.fetch_one(
+        f"SELECT {sql.columns(Agent, 'a')}, {sql.columns(Tenant, 't')} "
+        f"FROM {sql.table(Agent)} a JOIN {sql.table(Tenant)} t ON t.id = a.tenant_id "
+        "WHERE t.slug = %s AND a.slug = %s AND a.enabled = %s",
+        [tenant_slug, agent_slug, True],
     )
+    if row is None:
+        return None
+    agent, agent.tenant = sql.hydrate_all(row, Agent, Tenant)
+    return agent
 
 
 def get_agent_for_tenant(tenant: Tenant, slug: str) -> Agent | None:

@@ -24,6 +24,7 @@ from tasks_app import engine
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task, TaskEvent
 from tasks_app.protocol.convert import PROTO_NAME_TO_STATE
+from tenants import sql
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def log_append(
     for kind, payload in entries:
         task.event_seq += 1
         events.append(TaskEvent(task=task, seq=task.event_seq, kind=kind, payload=payload))
-    TaskEvent.objects.bulk_create(events)
+    sql.insert(events)
     batch = {"type": "task.events", "events": [[event.seq, event.payload] for event in events]}
     if snapshot is not None:
         batch["task"] = snapshot

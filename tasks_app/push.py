@@ -38,6 +38,7 @@ from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
 from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
+from tenants import sql
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +200,14 @@ def push_deliveries_queue(task: Task, events: list[TaskEvent]) -> None:
 
     One indexed query for a task without configs; jobs are enqueued after commit.
     """
-    config_pks = list(PushConfig.objects.filter(task_id=task.pk).values_list("pk", flat=True))
+    # Hand-written (tenants/sql.py): every batch of every turn asks this.
+    config_pks = [
+        pk
+        for (pk,) in sql.fetch_all(
+            f"SELECT id FROM {sql.table(PushConfig)} WHERE task_id = %s",
+            [sql.prep(PushConfig, "task", task.pk)],
+        )
+    ]
     if not config_pks or not events:
         return
     PushDelivery.objects.bulk_create(

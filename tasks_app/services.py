@@ -35,6 +35,7 @@ from tasks_app.protocol.convert import (
 )
 from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
 from tasks_app.selectors import snapshot_of, task_snapshot
+from tenants import sql
 
 logger = logging.getLogger(__name__)
 
@@ -172,9 +173,8 @@ def _new_task(caller: Caller, message: pb.Message, reply: str, task_pk: uuid.UUI
             tenant=caller.tenant, owner=caller.principal, context_id=message.context_id
         )
     else:
-        context = Context.objects.create(
-            tenant=caller.tenant, owner=caller.principal, context_id=str(uuid.uuid4())
-        )
+        context = Context(tenant=caller.tenant, owner=caller.principal, context_id=str(uuid.uuid4()))
+        sql.insert([context])
     return Task(
         id=task_pk or uuid.uuid4(),
         tenant=caller.tenant,
@@ -200,7 +200,7 @@ def _create_task(
     caller: Caller, task: Task, message: pb.Message, push_config: PushConfigInput | None
 ) -> dict:
     """Store a new task with its first message and log entry; the task as stored."""
-    task.save(force_insert=True)
+    sql.insert([task])
     user_message = _store_user_message(caller, task, message)
     task.event_seq = 0
     snapshot = task_dict(task, messages=[user_message])
@@ -266,7 +266,7 @@ def _store_user_message(
     caller: Caller, task: Task, message: pb.Message, approval: dict | None = None
 ) -> Message:
     data = proto_to_dict(message)
-    return Message.objects.create(
+    stored = Message(
         tenant=caller.tenant,
         task=task,
         context=task.context,
@@ -281,6 +281,8 @@ def _store_user_message(
         sender=caller.principal,
         approval=approval,
     )
+    sql.insert([stored])
+    return stored
 
 
 def _dispatch_after_commit(task: Task, message: Message) -> None:

@@ -45,19 +45,20 @@ from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidAgentResponseError
 from django.conf import settings
-from django.db import transaction
-from django.db.models import DateTimeField, F, Value
+from django.db import connection, transaction
+from django.db.models import DateTimeField, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
 from agents.approvals import AUTHORIZATION_KEY
+from agents.models import Agent
 from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine, metrics
 from tasks_app.access import parse_task_uuid
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append
-from tasks_app.models import TERMINAL_STATES, Artifact, Message, Task, TaskEvent, TaskState
+from tasks_app.models import TERMINAL_STATES, Artifact, Context, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     PROTO_TO_STATE,
     message_dict,
@@ -67,6 +68,8 @@ from tasks_app.protocol.convert import (
 )
 from tasks_app.push import push_deliveries_queue
 from tasks_app.selectors import DEFAULT_HISTORY_LENGTH
+from tenants import sql
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +108,16 @@ def turn_claim(message_pk: int) -> bool:
     """Take a queued turn: count an attempt, hold its lease. False if another worker has it."""
     now = timezone.now()
     return bool(
-        Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(
-            turn=Message.Turn.RUNNING,
-            turn_started_at=now,
-            lease_until=now + timedelta(seconds=settings.A2A_TURN_LEASE),
-            turn_attempts=F("turn_attempts") + 1,
+        sql.execute(
+            f"UPDATE {sql.table(Message)} SET turn = %s, turn_started_at = %s, lease_until = %s, "
+            "turn_attempts = turn_attempts + 1 WHERE id = %s AND turn = %s",
+            [
+                Message.Turn.RUNNING,
+                sql.prep(Message, "turn_started_at", now),
+                sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE)),
+                message_pk,
+                Message.Turn.PENDING,
+            ],
         )
     )
 
@@ -292,6 +300,24 @@ def owned_turn(turn: Turn):
     return Message.objects.filter(pk=turn.message_pk, turn=Message.Turn.RUNNING, turn_attempts=turn.attempt)
 
 
+def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
+    """Renew the lease of a batch's turn, or close it (done). False if another attempt holds it."""
+    now = timezone.now()
+    if done:
+        # A turn closed twice keeps its first end (the console's charts).
+        changes = "turn = %s, lease_until = NULL, turn_finished_at = COALESCE(turn_finished_at, %s)"
+        values = [Message.Turn.DONE, sql.prep(Message, "turn_finished_at", now)]
+    else:
+        changes = "lease_until = %s"
+        values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
+    return bool(
+        sql.execute(
+            f"UPDATE {sql.table(Message)} SET {changes} WHERE id = %s AND turn = %s AND turn_attempts = %s",
+            [*values, turn.message_pk, Message.Turn.RUNNING, turn.attempt],
+        )
+    )
+
+
 # --- Setting a turn up -----------------------------------------------------------
 @dataclass
 class TaskView:
@@ -333,14 +359,21 @@ class TaskView:
 
 def _load(task_pk, message_pk: int) -> tuple[Task, TaskView, Message] | None:
     """The turn's task (with agent, tenant, context), its view, the turn's message; None if it is gone."""
-    user_message = (
-        Message.objects.select_related("task__agent", "task__tenant", "task__context")
-        .filter(pk=message_pk, task_id=task_pk)
-        .first()
+    # One hand-written statement (tenants/sql.py): every turn starts here.
+    row = sql.fetch_one(
+        f"SELECT {sql.columns(Message, 'm')}, {sql.columns(Task, 't')}, {sql.columns(Agent, 'a')}, "
+        f"{sql.columns(Tenant, 'n')}, {sql.columns(Context, 'c')} "
+        f"FROM {sql.table(Message)} m JOIN {sql.table(Task)} t ON t.id = m.task_id "
+        f"JOIN {sql.table(Agent)} a ON a.id = t.agent_id JOIN {sql.table(Tenant)} n ON n.id = t.tenant_id "
+        f"JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE m.id = %s AND m.task_id = %s",
+        [message_pk, sql.prep(Message, "task", task_pk)],
     )
-    if user_message is None:
+    if row is None:
         return None
-    task = user_message.task
+    user_message, task, task.agent, task.tenant, task.context = sql.hydrate_all(
+        row, Message, Task, Agent, Tenant, Context
+    )
+    user_message.task = task
     if task.event_seq == 1:
         # The log holds only the accept's Task entry: the task has the message it was
         # created with and nothing else. Every later message or artifact is written
@@ -597,12 +630,7 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
             writer.apply(event)
         # Renews the lease too (a turn that stores events is alive), and closes
         # the turn when the batch settles the task.
-        if task.state in SETTLED_STATES:
-            held = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None, **_finished_now())
-        else:
-            held = owned_turn(turn).update(
-                lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE)
-            )
+        held = _owned_turn_update(turn, done=task.state in SETTLED_STATES)
         if not held:
             # Another attempt holds the turn: this one writes nothing more.
             return None
@@ -762,13 +790,16 @@ class _BatchWriter:
         """Write what apply() gathered: messages, artifacts, the log entries, the task row."""
         task = self.task
         if self.messages:
-            Message.objects.bulk_create(self.messages)
+            sql.insert(self.messages)
             if task.status_message is not None:
                 # Assigned again, not by its id: setting the id drops the cached message
                 # (its id changed), and the next read of it would be a query.
                 task.status_message = task.status_message
         for artifact in self.changed_artifacts.values():
-            artifact.save()
+            if artifact.pk is None:
+                sql.insert([artifact])
+            else:
+                sql.update(artifact, ARTIFACT_FIELDS)
         snapshot = None
         if self.view is not None:
             self.view_after = TaskView(messages=list(self.view.messages), artifacts=list(self.view.artifacts))
@@ -776,8 +807,23 @@ class _BatchWriter:
             if task.state in SETTLED_STATES:
                 snapshot = self.view_after.snapshot(task)
         events = log_append(task, self.entries, snapshot=snapshot)
-        task.save(update_fields=sorted(self.fields))
+        sql.update(task, sorted(self.fields))
         push_deliveries_queue(task, events)
+
+
+# What a batch may change in a stored artifact.
+ARTIFACT_FIELDS = (
+    "name",
+    "description",
+    "parts",
+    "metadata",
+    "extensions",
+    "chunk_count",
+    "complete",
+    "turn",
+    "turn_base",
+    "updated_at",
+)
 
 
 def _artifact_state(artifact: Artifact) -> dict:
@@ -793,9 +839,20 @@ def _artifact_state(artifact: Artifact) -> dict:
 
 
 def lock_task(task_pk) -> Task:
+    """The task, with its context, its row locked for the rest of the transaction (hand-written SQL)."""
     # The status message is not joined: a batch replaces it or (with a view) finds it
-    # there; only the rare reader without one loads it.
-    return Task.objects.select_for_update(of=("self",)).select_related("context").get(pk=task_pk)
+    # there; only the rare reader without one loads it. SQLite has no row locks: its
+    # write transactions (IMMEDIATE) run one at a time.
+    lock = " FOR UPDATE OF t" if connection.features.has_select_for_update_of else ""
+    row = sql.fetch_one(
+        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')} FROM {sql.table(Task)} t "
+        f"JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE t.id = %s{lock}",
+        [sql.prep(Task, "id", task_pk)],
+    )
+    if row is None:
+        raise Task.DoesNotExist(f"Task {task_pk} does not exist")
+    task, task.context = sql.hydrate_all(row, Task, Context)
+    return task
 
 
 # --- Closing a turn ------------------------------------------------------------------

@@ -10,17 +10,28 @@ would have built, and a row written here the row it would have written.
 Everything else stays with the ORM.
 
 Statements are plain SQL that both PostgreSQL and SQLite (3.35 or later:
-RETURNING) run; `%s` is the placeholder on both.
+RETURNING) run; `%s` is the placeholder on both. On PostgreSQL they bind
+their values on the server, unlike the ORM's (Django quotes values into the
+text, since not all of its SQL can be prepared: ticket #20516). Values then
+travel apart, unquoted, and psycopg prepares a statement that a connection
+has run five times, so the server no longer parses and plans it either.
 """
 
 import functools
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
 
+def _connection():
+    # Once per call: every attribute read through django.db.connection is a thread-local lookup.
+    return connections[DEFAULT_DB_ALIAS]
+
+
+@functools.cache
 def quote(name: str) -> str:
-    return connection.ops.quote_name(name)
+    # PostgreSQL and SQLite quote names alike.
+    return _connection().ops.quote_name(name)
 
 
 def table(model: type[Model]) -> str:
@@ -34,8 +45,14 @@ def columns(model: type[Model], alias: str) -> str:
 
 
 @functools.cache
+def width(model: type[Model]) -> int:
+    return len(model._meta.concrete_fields)
+
+
+@functools.cache
 def _converters(model: type[Model], vendor: str) -> list[tuple[int, object, list]]:
     """(index, column expression, converters) of each field whose raw value needs converting."""
+    connection = _connection()
     found = []
     for index, field in enumerate(model._meta.concrete_fields):
         col = field.get_col(model._meta.db_table)
@@ -45,10 +62,8 @@ def _converters(model: type[Model], vendor: str) -> list[tuple[int, object, list
     return found
 
 
-def hydrate(model: type[Model], row, start: int = 0) -> Model:
-    """The model instance whose columns (as `columns()` lists them) begin at row[start]."""
-    width = len(model._meta.concrete_fields)
-    values = list(row[start : start + width])
+def _hydrate(connection, model: type[Model], row, start: int) -> Model:
+    values = list(row[start : start + width(model)])
     for index, col, converters in _converters(model, connection.vendor):
         value = values[index]
         for converter in converters:
@@ -57,47 +72,79 @@ def hydrate(model: type[Model], row, start: int = 0) -> Model:
     return model.from_db(connection.alias, None, values)
 
 
-def width(model: type[Model]) -> int:
-    return len(model._meta.concrete_fields)
+def hydrate(model: type[Model], row, start: int = 0) -> Model:
+    """The model instance whose columns (as `columns()` lists them) begin at row[start]."""
+    return _hydrate(_connection(), model, row, start)
 
 
 def hydrate_all(row, *models: type[Model]) -> list[Model]:
     """One instance of each model, from a row that selected their `columns()` one after the other."""
+    connection = _connection()
     found, start = [], 0
     for model in models:
-        found.append(hydrate(model, row, start))
+        found.append(_hydrate(connection, model, row, start))
         start += width(model)
     return found
 
 
+def _cursor(connection):
+    """A Django cursor (query logging, error wrapping) for these statements: server-bound on PostgreSQL."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID, ServerBindingCursor
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    # What connection.cursor() does, with the cursor class the ORM's SQL cannot use.
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        raw = ServerBindingCursor(connection.connection)
+        if (
+            connection.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone
+            != connection.timezone
+        ):
+            register_tzloader(connection.timezone, raw)
+        return connection._prepare_cursor(raw)
+
+
 def fetch_one(sql: str, params) -> tuple | None:
-    with connection.cursor() as cursor:
+    with _cursor(_connection()) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
 
 def fetch_all(sql: str, params) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with _cursor(_connection()) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
 
 def execute(sql: str, params) -> int:
     """Run one statement; the number of rows it changed."""
-    with connection.cursor() as cursor:
+    with _cursor(_connection()) as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
 
 def prep(model: type[Model], name: str, value):
     """A value for the column of field `name`, adapted as the ORM adapts it."""
-    return model._meta.get_field(name).get_db_prep_save(value, connection)
+    return model._meta.get_field(name).get_db_prep_save(value, _connection())
 
 
 @functools.cache
-def _insert_fields(model: type[Model]) -> tuple:
+def _insert_statement(model: type[Model], rows: int) -> tuple[str, tuple, object]:
+    """(SQL, the fields it writes, the auto primary key it returns or None) of an INSERT of `rows` rows."""
     auto = model._meta.auto_field
-    return tuple(field for field in model._meta.concrete_fields if field is not auto)
+    fields = tuple(field for field in model._meta.concrete_fields if field is not auto)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {table(model)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES {', '.join([row] * rows)}"
+    )
+    if auto is not None:
+        sql += f" RETURNING {quote(auto.column)}"
+    return sql, fields, auto
 
 
 def insert(objs: list[Model]) -> None:
@@ -109,20 +156,12 @@ def insert(objs: list[Model]) -> None:
     """
     if not objs:
         return
-    model = type(objs[0])
-    fields = _insert_fields(model)
-    auto = model._meta.auto_field
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    sql = (
-        f"INSERT INTO {table(model)} ({', '.join(quote(f.column) for f in fields)}) "
-        f"VALUES {', '.join([row] * len(objs))}"
-    )
-    if auto is not None:
-        sql += f" RETURNING {quote(auto.column)}"
+    connection = _connection()
+    sql, fields, auto = _insert_statement(type(objs[0]), len(objs))
     params = [
         field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields
     ]
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         cursor.execute(sql, params)
         if auto is not None:
             for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
@@ -132,14 +171,23 @@ def insert(objs: list[Model]) -> None:
         obj._state.db = connection.alias
 
 
-def update(obj: Model, names) -> int:
-    """UPDATE the named fields of a stored instance (auto_now fields refreshed), as save(update_fields)."""
-    model = type(obj)
+@functools.cache
+def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[str, list]:
     fields = [model._meta.get_field(name) for name in names]
     sql = (
         f"UPDATE {table(model)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)} "
         f"WHERE {quote(model._meta.pk.column)} = %s"
     )
+    return sql, fields
+
+
+def update(obj: Model, names) -> int:
+    """UPDATE the named fields of a stored instance (auto_now fields refreshed), as save(update_fields)."""
+    connection = _connection()
+    model = type(obj)
+    sql, fields = _update_statement(model, tuple(names))
     params = [field.get_db_prep_save(field.pre_save(obj, False), connection) for field in fields]
     params.append(model._meta.pk.get_db_prep_save(obj.pk, connection))
-    return execute(sql, params)
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount

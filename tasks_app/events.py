@@ -48,7 +48,7 @@ def tenant_group_name(tenant_pk) -> str:
 
 
 def log_append(
-    task: Task, entries: list[tuple[str, dict]], *, snapshot: dict | None = None
+    task: Task, entries: list[tuple[str, dict]], *, snapshot: dict | None = None, live: bool = True
 ) -> list[TaskEvent]:
     """Append events to the log of a task whose row the caller has locked (or is creating).
 
@@ -56,6 +56,10 @@ def log_append(
     INSERT or UPDATE of the task, in the same transaction. Publishes the batch
     after that transaction commits, with `snapshot` (the task as a reader
     reads it, for a batch that settles the task) when the writer has it.
+
+    live=False (a new task's first entry) publishes only the tenant's note:
+    every reader joins the task's group before it reads the log, so a reader
+    of a task that did not exist a moment ago finds that entry in the log.
     """
     events = []
     for kind, payload in entries:
@@ -68,16 +72,10 @@ def log_append(
     # Console feed: one small note per batch on the tenant's group, so lists and
     # queues can refresh without joining every task's group. No agent content.
     note = {"type": "tenant.task", "task": str(task.pk), "state": str(task.state), "seq": task.event_seq}
-    task_pk, tenant_pk = task.pk, task.tenant_id
-    transaction.on_commit(
-        lambda: publish_soon(
-            [
-                (group_name(task_pk), batch),
-                (tenant_group_name(tenant_pk), note),
-            ]
-        ),
-        robust=True,
-    )
+    messages = [(tenant_group_name(task.tenant_id), note)]
+    if live:
+        messages.insert(0, (group_name(task.pk), batch))
+    transaction.on_commit(lambda: publish_soon(messages), robust=True)
     return events
 
 

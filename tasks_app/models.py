@@ -85,6 +85,10 @@ class Task(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # Not a column: whether the task had push configs when its row was locked
+    # (tasks_app.turns.lock_task reads it with the row); None when not known.
+    has_push_configs: bool | None = None
+
     class Meta:
         indexes = [
             models.Index(fields=["tenant", "agent", "-status_timestamp"], name="task_agent_recent_idx"),

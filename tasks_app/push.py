@@ -198,9 +198,12 @@ def push_config_delete(caller: Caller, task_id: str, config_id: str) -> None:
 def push_deliveries_queue(task: Task, events: list[TaskEvent]) -> None:
     """Queue events for every push config of their task, inside the transaction that logs them.
 
-    One indexed query for a task without configs; jobs are enqueued after commit.
+    One indexed query for a task without configs, none when the task's lock
+    said it has none; jobs are enqueued after commit.
     """
-    # Hand-written (tenants/sql.py): every batch of every turn asks this.
+    if task.has_push_configs is False or not events:
+        return
+    # Hand-written (tenants/sql.py): most batches of most turns ask this.
     config_pks = [
         pk
         for (pk,) in sql.fetch_all(

@@ -204,7 +204,7 @@ def _create_task(
     user_message = _store_user_message(caller, task, message)
     task.event_seq = 0
     snapshot = task_dict(task, messages=[user_message])
-    events = log_append(task, [(TaskEvent.Kind.TASK, {"task": snapshot})])
+    events = log_append(task, [(TaskEvent.Kind.TASK, {"task": snapshot})], live=False)
     if push_config is not None:
         # Stored before the first event is queued, so the webhook gets the Task itself too.
         push_config_save(task, push_config)

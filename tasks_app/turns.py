@@ -58,7 +58,16 @@ from tasks_app import engine, metrics
 from tasks_app.access import parse_task_uuid
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append
-from tasks_app.models import TERMINAL_STATES, Artifact, Context, Message, Task, TaskEvent, TaskState
+from tasks_app.models import (
+    TERMINAL_STATES,
+    Artifact,
+    Context,
+    Message,
+    PushConfig,
+    Task,
+    TaskEvent,
+    TaskState,
+)
 from tasks_app.protocol.convert import (
     PROTO_TO_STATE,
     message_dict,
@@ -124,13 +133,24 @@ def turn_claim(message_pk: int) -> bool:
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn from a worker thread: claim it and run it on the engine loop, and wait."""
-    engine.run(_claim_and_drive(task_id, message_pk))
+    engine.run(turn_drive(task_id, message_pk))
 
 
-async def _claim_and_drive(task_pk, message_pk: int) -> None:
-    if await _retrying(turn_claim, message_pk):
-        await turn_drive(task_pk, message_pk)
-    # else another delivery of this turn got there first
+@dataclass
+class _Claim:
+    held: bool = False
+
+
+def _claim_and_prepare(task_pk, message_pk: int, claim: _Claim):
+    """Claim the turn and set it up, in one trip to a database thread; None if there is nothing to run.
+
+    The claim is made once: a try again after an outage (`_retrying`) finds it held.
+    """
+    if not claim.held:
+        if not turn_claim(message_pk):
+            return None  # another delivery of this turn got there first
+        claim.held = True
+    return _prepare(task_pk, message_pk)
 
 
 async def turn_drive(task_pk, message_pk: int) -> None:
@@ -142,7 +162,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
     cancel_given = False
     lost = False
     try:
-        setup = await _retrying(_prepare, task_pk, message_pk)
+        setup = await _retrying(_claim_and_prepare, task_pk, message_pk, _Claim())
         if setup is None:
             return
         turn, executor, request_context, view = setup
@@ -150,7 +170,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         if isinstance(executor, HandlerNotAvailable):
             missing, executor = executor, None
             raise missing
-        logger.info(
+        # At debug level: the turn's end says all at INFO, one line a turn.
+        logger.debug(
             "Turn %s of task %s started (handler %s, attempt %s)",
             message_pk,
             task_pk,
@@ -201,10 +222,9 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         logger.exception("Turn %s of task %s crashed", message_pk, task_pk)
         error = exc
     finally:
+        outcome = _outcome(error, lost, cancel_given)
         if turn is not None:
-            metrics.turn_done(
-                turn.handler, _outcome(error, lost, cancel_given), time.perf_counter() - started
-            )
+            metrics.turn_done(turn.handler, outcome, time.perf_counter() - started)
         if turn is not None and not lost and not (queue is not None and queue.finished):
             if isinstance(error, TurnAborted):
                 error = None
@@ -217,7 +237,15 @@ async def turn_drive(task_pk, message_pk: int) -> None:
                 # to it.
                 await _cancel_agent(task_pk, executor, timeout=AGENT_CANCEL_TIMEOUT)
         if turn is not None:
-            logger.info("Turn %s of task %s ended", message_pk, task_pk)
+            logger.info(
+                "Turn %s of task %s ended: %s (handler %s, attempt %s, %.1f ms)",
+                message_pk,
+                task_pk,
+                outcome,
+                turn.handler,
+                turn.attempt,
+                1000 * (time.perf_counter() - started),
+            )
 
 
 class TurnTimedOut(Exception):
@@ -839,19 +867,24 @@ def _artifact_state(artifact: Artifact) -> dict:
 
 
 def lock_task(task_pk) -> Task:
-    """The task, with its context, its row locked for the rest of the transaction (hand-written SQL)."""
+    """The task, with its context and has_push_configs, its row locked for the rest of the transaction.
+
+    Hand-written SQL (tenants/sql.py): every batch of every turn starts here.
+    """
     # The status message is not joined: a batch replaces it or (with a view) finds it
     # there; only the rare reader without one loads it. SQLite has no row locks: its
     # write transactions (IMMEDIATE) run one at a time.
     lock = " FOR UPDATE OF t" if connection.features.has_select_for_update_of else ""
     row = sql.fetch_one(
-        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')} FROM {sql.table(Task)} t "
-        f"JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE t.id = %s{lock}",
+        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, "
+        f"EXISTS (SELECT 1 FROM {sql.table(PushConfig)} p WHERE p.task_id = t.id) "
+        f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE t.id = %s{lock}",
         [sql.prep(Task, "id", task_pk)],
     )
     if row is None:
         raise Task.DoesNotExist(f"Task {task_pk} does not exist")
     task, task.context = sql.hydrate_all(row, Task, Context)
+    task.has_push_configs = bool(row[-1])
     return task
 
 

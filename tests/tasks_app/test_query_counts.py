@@ -29,9 +29,10 @@ SEND_MAX = 4
 SEND_WITH_KEY_MAX = 5
 # A task's first turn: its message with the task, agent, tenant and context (nothing else to read yet).
 PREPARE_MAX = 1
-# Lock, lease, agent message insert, artifact write, the log, the task, push configs (the artifact
-# is found in the turn's view, the new status message stays cached).
-STORE_MAX = 7
+# Lock (which also tells whether the task has push configs), lease, agent message insert,
+# artifact write, the log, the task (the artifact is found in the turn's view, the new status
+# message stays cached).
+STORE_MAX = 6
 # A later turn of the task: its message with the task, then the task's messages and artifacts.
 PREPARE_LATER_MAX = 3
 # The caller's task (with its context and status message), its history page, its artifacts.

@@ -10,8 +10,11 @@ get_task_for_tenant the management API and the console (the whole tenant).
 import uuid
 from dataclasses import dataclass, field
 
+from django.db import connection
+
 from agents.models import Agent
-from tasks_app.models import Task
+from tasks_app.models import Context, Message, Task
+from tenants import sql
 from tenants.access import usable_id
 from tenants.models import Tenant
 
@@ -58,10 +61,31 @@ def _one(tasks, pk: uuid.UUID, for_update: bool):
 
 
 def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = False) -> Task | None:
+    """The caller's task (tasks_visible_to) with its context and status message, or None.
+
+    Hand-written SQL (tenants/sql.py): GetTask, every follow-up message and
+    every cancel start here. for_update locks the task's row.
+    """
     pk = parse_task_uuid(task_id)
     if pk is None:
         return None
-    return _one(tasks_visible_to(caller), pk, for_update).select_related("context", "status_message").first()
+    where = "t.id = %s AND t.tenant_id = %s AND t.agent_id = %s AND t.reply <> %s"
+    params = [sql.prep(Task, "id", pk), caller.tenant.pk, caller.agent.pk, Task.Reply.MESSAGE]
+    if not caller.sees_all:
+        where += " AND t.owner = %s"
+        params.append(caller.principal)
+    if for_update and connection.features.has_select_for_update_of:
+        where += " FOR UPDATE OF t"
+    row = sql.fetch_one(
+        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, {sql.columns(Message, 's')} "
+        f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id "
+        f"LEFT JOIN {sql.table(Message)} s ON s.id = t.status_message_id WHERE {where}",
+        params,
+    )
+    if row is None:
+        return None
+    task, task.context, task.status_message = sql.hydrate_all(row, Task, Context, Message)
+    return task
 
 
 def get_task_for_tenant(tenant: Tenant, task_id: str, *, for_update: bool = False) -> Task | None:

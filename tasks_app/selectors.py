@@ -18,6 +18,7 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.models import Artifact, DraftTaskAlias, Message, Task
 from tasks_app.protocol.convert import message_dict, task_dict
+from tenants import sql
 from tenants.models import Application, Tenant
 
 # Messages a task read returns when the caller names no historyLength.
@@ -57,12 +58,25 @@ def reply_dict(task: Task) -> dict:
 def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
+    # Hand-written SQL (tenants/sql.py): every GetTask and most answers read these.
+    task_id = sql.prep(Message, "task", task.pk)
     messages = []
     if history_length != 0:
         # One more than asked: the status message is left out of the history.
-        newest = task.messages.order_by("-created_at", "-pk")[: history_length + 1]
-        messages = list(reversed(newest))
-    artifacts = list(task.artifacts.order_by("created_at", "pk")) if include_artifacts else []
+        rows = sql.fetch_all(
+            f"SELECT {sql.columns(Message, 'm')} FROM {sql.table(Message)} m WHERE m.task_id = %s "
+            "ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
+            [task_id, history_length + 1],
+        )
+        messages = [sql.hydrate(Message, row) for row in reversed(rows)]
+    artifacts = []
+    if include_artifacts:
+        rows = sql.fetch_all(
+            f"SELECT {sql.columns(Artifact, 'a')} FROM {sql.table(Artifact)} a WHERE a.task_id = %s "
+            "ORDER BY a.created_at, a.id",
+            [task_id],
+        )
+        artifacts = [sql.hydrate(Artifact, row) for row in rows]
     return task_dict(task, messages=messages, artifacts=artifacts, history_length=history_length)
 
 

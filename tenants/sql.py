@@ -62,8 +62,15 @@ def _converters(model: type[Model], vendor: str) -> list[tuple[int, object, list
     return found
 
 
-def _hydrate(connection, model: type[Model], row, start: int) -> Model:
+@functools.cache
+def _pk_index(model: type[Model]) -> int:
+    return model._meta.concrete_fields.index(model._meta.pk)
+
+
+def _hydrate(connection, model: type[Model], row, start: int) -> Model | None:
     values = list(row[start : start + width(model)])
+    if values[_pk_index(model)] is None:
+        return None  # an outer join that found no row
     for index, col, converters in _converters(model, connection.vendor):
         value = values[index]
         for converter in converters:
@@ -72,12 +79,15 @@ def _hydrate(connection, model: type[Model], row, start: int) -> Model:
     return model.from_db(connection.alias, None, values)
 
 
-def hydrate(model: type[Model], row, start: int = 0) -> Model:
-    """The model instance whose columns (as `columns()` lists them) begin at row[start]."""
+def hydrate(model: type[Model], row, start: int = 0) -> Model | None:
+    """The model instance whose columns (as `columns()` lists them) begin at row[start].
+
+    None if its primary key is NULL there: an outer join that found no row.
+    """
     return _hydrate(_connection(), model, row, start)
 
 
-def hydrate_all(row, *models: type[Model]) -> list[Model]:
+def hydrate_all(row, *models: type[Model]) -> list[Model | None]:
     """One instance of each model, from a row that selected their `columns()` one after the other."""
     connection = _connection()
     found, start = [], 0

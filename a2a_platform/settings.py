@@ -197,9 +197,14 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_HEARTBEAT = 0
 if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        # Turns are recovered from their lease in the database, not from the
-        # broker's unacked set; a long visibility timeout only avoids needless
-        # redeliveries of long turns.
+        # Every job's work is recovered from the database, not from the broker:
+        # a turn by its lease or, never claimed, by its dispatch time
+        # (tasks_app/sweeper.py), a webhook delivery by its row (push_sweep). So
+        # the broker keeps no copy of a job a worker took (kombu's ack emulation:
+        # a JSON copy and two pipelines to Redis per job, about a seventh of the
+        # worker's CPU per echo turn); prefetch limits still hold, in memory.
+        "ack_emulation": False,
+        # Only used with ack emulation; kept for a deployment that turns it back on.
         "visibility_timeout": 3600,
         "socket_timeout": 30,
         "socket_connect_timeout": 5,

@@ -42,6 +42,11 @@ from django.utils.module_loading import import_string
 
 # /a2a/<tenant>/<agent>/ and /a2a/<tenant>/<agent>/rest/..., not the cards under .well-known/.
 BINDING_ROUTE = re.compile(r"^/a2a/[^/]+/[^/]+/(?:$|rest/)")
+# Middleware with nothing to do on these routes. The messages framework carries the
+# console's one-time notices; an A2A view adds none, so its response is the same
+# without it, and building its cookie and session stores cost about 6% of a
+# GetTask's CPU in the web process (py-spy, bench/README.md).
+NOT_ON_BINDING_ROUTES = {"django.contrib.messages.middleware.MessageMiddleware"}
 
 
 def _on_loop(hook):
@@ -78,6 +83,8 @@ class A2AHandler(ASGIHandler):
         self._exception_middleware = []
         handler = convert_exception_to_response(self._get_response_async)
         for path in reversed(settings.MIDDLEWARE):
+            if path in NOT_ON_BINDING_ROUTES:
+                continue
             middleware_class = import_string(path)
             if not issubclass(middleware_class, MiddlewareMixin) and not getattr(
                 middleware_class, "async_capable", False

@@ -23,6 +23,19 @@ from tenants.models import Application, Tenant
 
 # Messages a task read returns when the caller names no historyLength.
 DEFAULT_HISTORY_LENGTH = 100
+# What a history entry shows (protocol.convert.message_dict): a page of history reads only
+# these columns, the rest of each message is deferred. Most of a long page's cost was
+# converting columns nobody reads.
+HISTORY_FIELDS = (
+    "id",
+    "task_id",
+    "message_id",
+    "role",
+    "parts",
+    "metadata",
+    "extensions",
+    "reference_task_ids",
+)
 
 
 def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
@@ -64,11 +77,11 @@ def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool
     if history_length != 0:
         # One more than asked: the status message is left out of the history.
         rows = sql.fetch_all(
-            f"SELECT {sql.columns(Message, 'm')} FROM {sql.table(Message)} m WHERE m.task_id = %s "
-            "ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
+            f"SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)} FROM {sql.table(Message)} m "
+            "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
             [task_id, history_length + 1],
         )
-        messages = [sql.hydrate(Message, row) for row in reversed(rows)]
+        messages = [sql.hydrate(Message, row, names=HISTORY_FIELDS) for row in reversed(rows)]
     artifacts = []
     if include_artifacts:
         rows = sql.fetch_all(

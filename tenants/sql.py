@@ -39,22 +39,30 @@ def table(model: type[Model]) -> str:
 
 
 @functools.cache
-def columns(model: type[Model], alias: str) -> str:
-    """Every column of the model, in its field order, for a SELECT list (`alias`."col", ...)."""
-    return ", ".join(f"{alias}.{quote(field.column)}" for field in model._meta.concrete_fields)
+def _fields(model: type[Model], names: tuple[str, ...] | None) -> tuple:
+    """The model's concrete fields, or those whose attname is in `names`, in the model's order."""
+    fields = model._meta.concrete_fields
+    return tuple(fields if names is None else (f for f in fields if f.attname in names))
 
 
 @functools.cache
-def width(model: type[Model]) -> int:
-    return len(model._meta.concrete_fields)
+def columns(model: type[Model], alias: str, names: tuple[str, ...] | None = None) -> str:
+    """The model's columns (those of the fields named by attname), in field order, for a SELECT list."""
+    return ", ".join(f"{alias}.{quote(field.column)}" for field in _fields(model, names))
+
+
+def width(model: type[Model], names: tuple[str, ...] | None = None) -> int:
+    return len(_fields(model, names))
 
 
 @functools.cache
-def _converters(model: type[Model], vendor: str) -> list[tuple[int, object, list]]:
-    """(index, column expression, converters) of each field whose raw value needs converting."""
+def _converters(
+    model: type[Model], names: tuple[str, ...] | None, vendor: str
+) -> list[tuple[int, object, list]]:
+    """(index, column expression, converters) of each selected field whose raw value needs converting."""
     connection = _connection()
     found = []
-    for index, field in enumerate(model._meta.concrete_fields):
+    for index, field in enumerate(_fields(model, names)):
         col = field.get_col(model._meta.db_table)
         converters = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
         if converters:
@@ -63,28 +71,29 @@ def _converters(model: type[Model], vendor: str) -> list[tuple[int, object, list
 
 
 @functools.cache
-def _pk_index(model: type[Model]) -> int:
-    return model._meta.concrete_fields.index(model._meta.pk)
+def _pk_index(model: type[Model], names: tuple[str, ...] | None) -> int:
+    return _fields(model, names).index(model._meta.pk)
 
 
-def _hydrate(connection, model: type[Model], row, start: int) -> Model | None:
-    values = list(row[start : start + width(model)])
-    if values[_pk_index(model)] is None:
+def _hydrate(connection, model: type[Model], row, start: int, names=None) -> Model | None:
+    values = list(row[start : start + width(model, names)])
+    if values[_pk_index(model, names)] is None:
         return None  # an outer join that found no row
-    for index, col, converters in _converters(model, connection.vendor):
+    for index, col, converters in _converters(model, names, connection.vendor):
         value = values[index]
         for converter in converters:
             value = converter(value, col, connection)
         values[index] = value
-    return model.from_db(connection.alias, None, values)
+    # With names, the fields left out are deferred, as QuerySet.only() leaves them.
+    return model.from_db(connection.alias, names, values)
 
 
-def hydrate(model: type[Model], row, start: int = 0) -> Model | None:
+def hydrate(model: type[Model], row, start: int = 0, names: tuple[str, ...] | None = None) -> Model | None:
     """The model instance whose columns (as `columns()` lists them) begin at row[start].
 
     None if its primary key is NULL there: an outer join that found no row.
     """
-    return _hydrate(_connection(), model, row, start)
+    return _hydrate(_connection(), model, row, start, names)
 
 
 def hydrate_all(row, *models: type[Model]) -> list[Model | None]:

@@ -46,7 +46,8 @@ def parse_task_uuid(task_id: str) -> uuid.UUID | None:
 
 def tasks_visible_to(caller: Caller):
     # A message exchange (the agent answered with a Message) is no task to an
-    # A2A caller: only the console shows its record.
+    # A2A caller: only the console shows its record. get_task_for_caller states
+    # the same rule in SQL: change both together.
     tasks = Task.objects.filter(tenant=caller.tenant, agent=caller.agent).exclude(reply=Task.Reply.MESSAGE)
     if not caller.sees_all:
         tasks = tasks.filter(owner=caller.principal)
@@ -69,6 +70,7 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     pk = parse_task_uuid(task_id)
     if pk is None:
         return None
+    # tasks_visible_to(caller), as SQL.
     where = "t.id = %s AND t.tenant_id = %s AND t.agent_id = %s AND t.reply <> %s"
     params = [sql.prep(Task, "id", pk), caller.tenant.pk, caller.agent.pk, Task.Reply.MESSAGE]
     if not caller.sees_all:

@@ -175,6 +175,10 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    if REDIS_URL.startswith("redis://"):
+        # kombu's Redis transport, keeping its publishing client (a2a_platform/celery.py);
+        # other schemes (rediss://, sentinel) keep the transport their URL names.
+        CELERY_BROKER_TRANSPORT = "a2a_platform.celery:RedisTransport"
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "a2a_platform.channel_layers.InProcessChannelLayer"}}
     CELERY_BROKER_URL = "memory://localhost/"

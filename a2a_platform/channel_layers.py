@@ -1,15 +1,34 @@
-"""A channel layer for the embedded default: one process, several event loops.
+"""The platform's channel layers: one per mode, both with member channels.
 
+The task engine's readers (a blocking send, a stream, a subscriber) each
+take a *member channel*: a channel of their own process that only receives
+what is sent to the groups it joins, and that they give back when they leave
+(`release_channel`). Channels' own `new_channel` makes a channel any process
+can send to; the task engine never sends to one.
+
+Embedded default (InProcessChannelLayer): one process, several event loops.
 Daphne serves requests on the main event loop while the embedded Celery worker
 threads run agent turns on loops of their own. Channels' InMemoryChannelLayer
 wakes a waiting receiver only from the receiver's own loop, so a send from a
 worker thread would sit unnoticed. This layer remembers the loop each channel is
 received on and hands sends from other loops over to it thread-safely.
+
+Services (RedisPubSubLayer): channels_redis' pub/sub layer. Its `new_channel`
+subscribes the channel's name in Redis, and only a receive that is cancelled
+unsubscribes it again: a reader whose receive returned kept its subscription
+for the life of the process (one more Redis subscription and one more queue
+per blocking call, without end). A member channel is known to this process
+alone (a group's messages reach it through the group's subscription), so
+taking one costs no round trip, and releasing it leaves nothing behind.
 """
 
 import asyncio
+import functools
+import uuid
 
 from channels.layers import InMemoryChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, _async_proxy
+from channels_redis.utils import _wrap_close
 
 
 class InProcessChannelLayer(InMemoryChannelLayer):
@@ -31,3 +50,48 @@ class InProcessChannelLayer(InMemoryChannelLayer):
     async def group_discard(self, group, channel):
         await super().group_discard(group, channel)
         self._receive_loops.pop(channel, None)
+
+    async def member_channel(self) -> str:
+        return await self.new_channel(prefix="member.")
+
+    async def release_channel(self, channel: str) -> None:
+        """Forget a member channel (out of its groups already), and any message still queued for it."""
+        self.channels.pop(channel, None)
+        self._receive_loops.pop(channel, None)
+
+
+class _RedisPubSubLoopLayer(RedisPubSubLoopLayer):
+    async def member_channel(self) -> str:
+        channel = f"{self.prefix}member.{uuid.uuid4().hex}"
+        self.channels[channel] = asyncio.Queue()
+        return channel
+
+    async def release_channel(self, channel: str) -> None:
+        self.channels.pop(channel, None)
+
+    async def receive(self, channel):
+        # A member channel's wait may be cancelled (a reader's timeout) and
+        # resumed: its queue stays, where channels_redis' own receive would
+        # drop it on cancellation and subscribe the name in Redis next time.
+        queue = self.channels.get(channel) if channel.startswith(f"{self.prefix}member.") else None
+        if queue is None:
+            return await super().receive(channel)
+        return self.channel_layer.deserialize(await queue.get())
+
+
+class RedisPubSubLayer(RedisPubSubChannelLayer):
+    """channels_redis' pub/sub layer with member channels (see the module's docstring)."""
+
+    def __getattr__(self, name):
+        if name in ("member_channel", "release_channel"):
+            return functools.partial(_async_proxy, self, name)
+        return super().__getattr__(name)
+
+    def _get_layer(self):
+        # As channels_redis' own, building the loop layer above: one per event loop.
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = _RedisPubSubLoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            _wrap_close(self, loop)
+        return layer

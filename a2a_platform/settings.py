@@ -166,7 +166,7 @@ if REDIS_URL:
             # receive. Nothing is lost by a layer that keeps no messages: a
             # reader joins the task's group before it reads the task's log, and
             # the log is what it trusts (tasks_app/events.py).
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "BACKEND": "a2a_platform.channel_layers.RedisPubSubLayer",
             "CONFIG": {
                 # redis-py 8 reads with a 5 s socket timeout by default, which broke
                 # idle connections ("Timeout reading from ..."): well over any wait.

@@ -129,12 +129,19 @@ class Subscription:
         self.channel = None
 
     async def __aenter__(self):
-        self.channel = await self.layer.new_channel()
-        await self.layer.group_add(self.group, self.channel)
+        self.channel = await self.layer.member_channel()
+        try:
+            await self.layer.group_add(self.group, self.channel)
+        except BaseException:
+            await self.layer.release_channel(self.channel)
+            raise
         return self
 
     async def __aexit__(self, *exc_info):
-        await self.layer.group_discard(self.group, self.channel)
+        try:
+            await self.layer.group_discard(self.group, self.channel)
+        finally:
+            await self.layer.release_channel(self.channel)
 
     async def receive(self, timeout: float) -> dict | None:
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a

@@ -1,0 +1,80 @@
+"""A task reader's channel is its process's alone, and leaves nothing behind.
+
+channels_redis' pub/sub layer subscribes every `new_channel` in Redis and
+unsubscribes it only when a receive is cancelled: each blocking SendMessage
+left one more Redis subscription and one more queue in the web process, for
+as long as the process lived. The engine's readers take member channels
+instead (a2a_platform/channel_layers.py).
+"""
+
+import asyncio
+import os
+import uuid
+
+import pytest
+from redis import asyncio as aioredis
+
+from a2a_platform.channel_layers import InProcessChannelLayer, RedisPubSubLayer
+from tasks_app.events import Subscription
+from tests.conftest import SERVICES_MODE
+
+TASK = "00000000-0000-0000-0000-000000000001"
+EVENTS = {"type": "task.events", "events": [[1, {"task": {"id": TASK}}]]}
+
+
+async def _readers_come_and_go(reader, writer, redis_channels) -> None:
+    group = f"members-{uuid.uuid4().hex[:8]}"
+    for round_ in range(20):
+        subscription = Subscription(TASK, group=group)
+        subscription.layer = reader
+        async with subscription:
+            if round_ == 0:
+                # A wait that times out (its receive is cancelled) keeps the channel.
+                assert await subscription.receive(timeout=0.05) is None
+                assert [name for name in await redis_channels() if "member." in name] == []
+            await writer.group_send(group, EVENTS)
+            assert await subscription.receive(timeout=5.0) == EVENTS
+    assert await redis_channels() == []
+
+
+def test_redis_member_channels_are_never_subscribed_and_leave_nothing_behind():
+    if not SERVICES_MODE:
+        pytest.skip("needs Redis (services mode)")
+    url = os.environ["REDIS_URL"]
+    prefix = f"test-layer-{uuid.uuid4().hex[:8]}."
+
+    async def scenario():
+        reader = RedisPubSubLayer(hosts=[url], prefix=prefix)
+        writer = RedisPubSubLayer(hosts=[url], prefix=prefix)
+        redis = aioredis.Redis.from_url(url)
+
+        async def redis_channels() -> list[str]:
+            await asyncio.sleep(0.05)  # the layer sends (UN)SUBSCRIBE without waiting for the reply
+            return [name.decode() for name in await redis.pubsub_channels(f"{prefix}*")]
+
+        try:
+            await _readers_come_and_go(reader, writer, redis_channels)
+            loop_layer = reader._get_layer()
+            assert loop_layer.channels == {}
+            assert loop_layer.groups == {}
+        finally:
+            await reader.flush()
+            await writer.flush()
+            await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_in_process_member_channels_leave_nothing_behind():
+    async def scenario():
+        layer = InProcessChannelLayer()
+
+        async def no_redis() -> list[str]:
+            return []
+
+        await _readers_come_and_go(layer, layer, no_redis)
+        assert layer.channels == {}
+        assert layer.groups == {}
+        assert layer._receive_loops == {}
+
+    asyncio.run(scenario())

@@ -61,7 +61,20 @@ class InProcessChannelLayer(InMemoryChannelLayer):
 
 
 class _RedisPubSubLoopLayer(RedisPubSubLoopLayer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._anchor = None
+
     async def member_channel(self) -> str:
+        if self._anchor is None:
+            # channels_redis' receiver sleeps 0.1 s between looks whenever its
+            # connection has no subscription: a reader joining then would wait
+            # that long for its group's first message. One channel of this
+            # process stays subscribed for good (nothing is ever sent to it).
+            anchor = f"{self.prefix}anchor.{uuid.uuid4().hex}"
+            for shard in self._shards:
+                await shard.subscribe(anchor)
+            self._anchor = anchor
         channel = f"{self.prefix}member.{uuid.uuid4().hex}"
         self.channels[channel] = asyncio.Queue()
         return channel
@@ -77,6 +90,10 @@ class _RedisPubSubLoopLayer(RedisPubSubLoopLayer):
         if queue is None:
             return await super().receive(channel)
         return self.channel_layer.deserialize(await queue.get())
+
+    async def flush(self):
+        await super().flush()
+        self._anchor = None
 
 
 class RedisPubSubLayer(RedisPubSubChannelLayer):

@@ -21,7 +21,8 @@ def get_enabled_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
     )
     if row is None:
         return None
-    agent, agent.tenant = sql.hydrate_all(row, Agent, Tenant)
+    agent, tenant = sql.hydrate_all(row, Agent, Tenant)
+    agent.tenant = tenant
     return agent
 
 

@@ -86,7 +86,8 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     )
     if row is None:
         return None
-    task, task.context, task.status_message = sql.hydrate_all(row, Task, Context, Message)
+    task, context, status_message = sql.hydrate_all(row, Task, Context, Message)
+    task.context, task.status_message = context, status_message
     return task
 
 

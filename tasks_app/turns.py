@@ -324,8 +324,13 @@ def turn_renew(turn: Turn) -> str | None:
     return None
 
 
+def _owned(turn: Turn) -> dict:
+    """The one rule of a turn's ownership: its message is RUNNING, in this attempt."""
+    return {"id": turn.message_pk, "turn": Message.Turn.RUNNING, "turn_attempts": turn.attempt}
+
+
 def owned_turn(turn: Turn):
-    return Message.objects.filter(pk=turn.message_pk, turn=Message.Turn.RUNNING, turn_attempts=turn.attempt)
+    return Message.objects.filter(**_owned(turn))
 
 
 def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
@@ -338,12 +343,9 @@ def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
     else:
         changes = "lease_until = %s"
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
-    return bool(
-        sql.execute(
-            f"UPDATE {sql.table(Message)} SET {changes} WHERE id = %s AND turn = %s AND turn_attempts = %s",
-            [*values, turn.message_pk, Message.Turn.RUNNING, turn.attempt],
-        )
-    )
+    owned = _owned(turn)
+    where = " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in owned)
+    return bool(sql.execute(f"UPDATE {sql.table(Message)} SET {changes} WHERE {where}", [*values, *owned.values()]))
 
 
 # --- Setting a turn up -----------------------------------------------------------
@@ -398,9 +400,8 @@ def _load(task_pk, message_pk: int) -> tuple[Task, TaskView, Message] | None:
     )
     if row is None:
         return None
-    user_message, task, task.agent, task.tenant, task.context = sql.hydrate_all(
-        row, Message, Task, Agent, Tenant, Context
-    )
+    user_message, task, agent, tenant, context = sql.hydrate_all(row, Message, Task, Agent, Tenant, Context)
+    task.agent, task.tenant, task.context = agent, tenant, context
     user_message.task = task
     if task.event_seq == 1:
         # The log holds only the accept's Task entry: the task has the message it was
@@ -883,7 +884,8 @@ def lock_task(task_pk) -> Task:
     )
     if row is None:
         raise Task.DoesNotExist(f"Task {task_pk} does not exist")
-    task, task.context = sql.hydrate_all(row, Task, Context)
+    task, context = sql.hydrate_all(row, Task, Context)
+    task.context = context
     task.has_push_configs = bool(row[-1])
     return task
 

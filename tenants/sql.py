@@ -171,7 +171,7 @@ def insert(objs: list[Model]) -> None:
 
     Fills auto_now(_add) fields and, for a model with an auto primary key, each
     instance's pk (RETURNING). No signals are sent: the models written here
-    have no receivers.
+    have no receivers (tests/tasks_app/test_sql_writes.py keeps it so).
     """
     if not objs:
         return

@@ -13,7 +13,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
 logger = logging.getLogger(__name__)
 
 
-
 class _CelerySettings(Mapping):
     """Django's CELERY_* settings, read once, when Celery first loads its configuration.
 

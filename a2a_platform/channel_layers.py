@@ -109,6 +109,8 @@ class RedisPubSubLayer(RedisPubSubChannelLayer):
         loop = asyncio.get_running_loop()
         layer = self._layers.get(loop)
         if layer is None:
-            layer = self._layers[loop] = _RedisPubSubLoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            layer = self._layers[loop] = _RedisPubSubLoopLayer(
+                *self._args, **self._kwargs, channel_layer=self
+            )
             _wrap_close(self, loop)
         return layer

@@ -113,12 +113,6 @@ def closes_stream(payload: dict) -> bool:
     return "message" in payload or payload_state(payload) in SETTLED_STATES
 
 
-def events_after(task_pk, seq: int) -> list[tuple[int, dict]]:
-    return list(
-        TaskEvent.objects.filter(task_id=task_pk, seq__gt=seq).order_by("seq").values_list("seq", "payload")
-    )
-
-
 class Subscription:
     """Membership of one channel-layer group, joined before the log is read."""
 
@@ -322,11 +316,24 @@ def _current_state(task_pk):
     return Task.objects.filter(pk=task_pk).values_list("state", flat=True).first()
 
 
-def _state_and_events_after(task_pk, seq: int) -> tuple[str | None, list[tuple[int, dict]]]:
-    """The task's state, then its events after seq.
+_EVENT_FIELDS = ("id", "seq", "payload")
 
-    State first: an event is stored in the transaction that sets the state it
-    announces, so a terminal state read here means its event is in the list
-    that follows, or was already read.
+
+def _state_and_events_after(task_pk, seq: int) -> tuple[str | None, list[tuple[int, dict]]]:
+    """The task's state and its events after seq (state None: no such task).
+
+    One statement, so one snapshot: an event is stored in the transaction that
+    sets the state it announces, so a terminal state read here comes with its
+    event, in this list or an earlier one. Hand-written (tenants/sql.py):
+    every stream and every blocking wait that reads the log starts here.
     """
-    return _current_state(task_pk), events_after(task_pk, seq)
+    rows = sql.fetch_all(
+        f"SELECT t.state, {sql.columns(TaskEvent, 'e', _EVENT_FIELDS)} FROM {sql.table(Task)} t "
+        f"LEFT JOIN {sql.table(TaskEvent)} e ON e.task_id = t.id AND e.seq > %s "
+        "WHERE t.id = %s ORDER BY e.seq",
+        [seq, sql.prep(Task, "id", task_pk)],
+    )
+    if not rows:
+        return None, []
+    events = (sql.hydrate(TaskEvent, row, 1, _EVENT_FIELDS) for row in rows)
+    return rows[0][0], [(event.seq, event.payload) for event in events if event is not None]

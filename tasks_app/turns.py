@@ -345,7 +345,9 @@ def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
     owned = _owned(turn)
     where = " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in owned)
-    return bool(sql.execute(f"UPDATE {sql.table(Message)} SET {changes} WHERE {where}", [*values, *owned.values()]))
+    return bool(
+        sql.execute(f"UPDATE {sql.table(Message)} SET {changes} WHERE {where}", [*values, *owned.values()])
+    )
 
 
 # --- Setting a turn up -----------------------------------------------------------

@@ -19,6 +19,7 @@ from django.utils import timezone
 from agents.models import Agent
 from agents.registry import build_executor
 from tasks_app.access import Caller
+from tasks_app.events import _state_and_events_after
 from tasks_app.models import Message
 from tasks_app.services import message_send, task_get
 from tasks_app.turns import _prepare, events_store, turn_claim
@@ -37,6 +38,8 @@ STORE_MAX = 6
 PREPARE_LATER_MAX = 3
 # The caller's task (with its context and status message), its history page, its artifacts.
 GET_MAX = 3
+# A stream's or a waiting caller's look at the log: the task's state with its events after a point.
+LOG_READ_MAX = 1
 
 
 class Rollback(Exception):
@@ -207,3 +210,20 @@ def test_get_task_costs_the_same_whatever_the_history(stored, history):
 
     _in_rollback(work)
     assert counts[history] <= GET_MAX, counts
+
+
+def test_a_look_at_the_log_is_one_statement(stored):
+    caller = _caller()
+
+    def work():
+        outcome = _send(caller)
+        with CaptureQueriesContext(connection) as queries:
+            state, events = _state_and_events_after(outcome.task.pk, 0)
+        assert len(_statements(queries)) <= LOG_READ_MAX, _statements(queries)
+        assert state == outcome.task.state
+        assert [seq for seq, _ in events] == [1]
+        assert events[0][1]["task"]["id"] == str(outcome.task.pk)
+        assert _state_and_events_after(outcome.task.pk, 1) == (outcome.task.state, [])
+        assert _state_and_events_after(uuid.uuid4(), 0) == (None, [])
+
+    _in_rollback(work)

@@ -12,7 +12,9 @@ from django.db.models.signals import post_save, pre_save
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
 
 
-@pytest.mark.parametrize("model", [Context, Task, Message, Artifact, TaskEvent], ids=lambda model: model.__name__)
+@pytest.mark.parametrize(
+    "model", [Context, Task, Message, Artifact, TaskEvent], ids=lambda model: model.__name__
+)
 def test_models_written_without_save_have_no_save_receivers(model):
     assert not pre_save.has_listeners(model)
     assert not post_save.has_listeners(model)

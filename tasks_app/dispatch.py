@@ -76,7 +76,7 @@ def job_send(name: str, *args, countdown: float | None = None) -> bool:
             else:
                 _submit_embedded(name, args)
         else:
-            # argsrepr: Celery's own (a size-capped repr) costs more than the plain one of two ids.
+            # argsrepr: Celery's own (a size-capped repr) costs more than the plain one of a job's ids.
             current_app.send_task(name, args=args, countdown=countdown, argsrepr=repr(args))
     except Exception:
         logger.exception("Could not queue %s%r; the sweeper will retry", name, args)

@@ -292,7 +292,7 @@ async def wait_until_settled(
         check_store = own_feed
         while True:
             if check_store:
-                state = await db(_current_state, task_pk)
+                state = await db(task_state, task_pk)
                 if state is None or state in SETTLED_STATES:
                     return None
             remaining = deadline - loop.time()
@@ -312,7 +312,8 @@ async def wait_until_settled(
             await feed.close()
 
 
-def _current_state(task_pk):
+def task_state(task_pk) -> str | None:
+    """The task's stored state (None: no such task)."""
     return Task.objects.filter(pk=task_pk).values_list("state", flat=True).first()
 
 

@@ -34,6 +34,7 @@ task) can let it go.
 
 import asyncio
 import copy
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine, metrics
 from tasks_app.access import parse_task_uuid
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append
+from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append, task_state
 from tasks_app.models import (
     TERMINAL_STATES,
     Artifact,
@@ -318,15 +319,24 @@ def turn_renew(turn: Turn) -> str | None:
     renewed = owned_turn(turn).update(lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE))
     if not renewed:
         return LOST
-    state = Task.objects.filter(pk=turn.task_pk).values_list("state", flat=True).first()
+    state = task_state(turn.task_pk)
     if state is None or state in TERMINAL_STATES:
         return CANCELED
     return None
 
 
+# The one rule of a turn's ownership: its message is RUNNING, in this attempt.
+_OWNED_FIELDS = ("id", "turn", "turn_attempts")
+
+
 def _owned(turn: Turn) -> dict:
-    """The one rule of a turn's ownership: its message is RUNNING, in this attempt."""
-    return {"id": turn.message_pk, "turn": Message.Turn.RUNNING, "turn_attempts": turn.attempt}
+    return dict(zip(_OWNED_FIELDS, (turn.message_pk, Message.Turn.RUNNING, turn.attempt), strict=True))
+
+
+@functools.cache
+def _owned_where() -> str:
+    """_owned as the WHERE clause of a hand-written statement (built once per process)."""
+    return " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in _OWNED_FIELDS)
 
 
 def owned_turn(turn: Turn):
@@ -343,10 +353,11 @@ def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
     else:
         changes = "lease_until = %s"
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
-    owned = _owned(turn)
-    where = " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in owned)
     return bool(
-        sql.execute(f"UPDATE {sql.table(Message)} SET {changes} WHERE {where}", [*values, *owned.values()])
+        sql.execute(
+            f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}",
+            [*values, *_owned(turn).values()],
+        )
     )
 
 

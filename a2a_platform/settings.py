@@ -125,7 +125,15 @@ if DATABASE_URL:
         # The pool checks a connection as it hands it out: after a database restart
         # the dead ones are dropped instead of failing one request each.
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        # Django turns psycopg's prepared statements off (for connection poolers in
+        # transaction mode). The hand-written hot statements bind their values on the
+        # server (tenants/sql.py); from a connection's DB_PREPARE_THRESHOLD-th run of
+        # one, PostgreSQL no longer parses and plans it. "off": never prepare.
+        _prepare = env_str("DB_PREPARE_THRESHOLD", "5").strip().lower()
+        DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+            None if _prepare == "off" else int(_prepare)
+        )
+        DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
             "max_size": env_int("DB_POOL_MAX", 40),
             "timeout": env_float("DB_POOL_TIMEOUT", 10.0),

@@ -14,7 +14,8 @@ RETURNING) run; `%s` is the placeholder on both. On PostgreSQL they bind
 their values on the server, unlike the ORM's (Django quotes values into the
 text, since not all of its SQL can be prepared: ticket #20516). Values then
 travel apart, unquoted, and psycopg prepares a statement that a connection
-has run five times, so the server no longer parses and plans it either.
+has run DB_PREPARE_THRESHOLD times (settings.py: Django turns preparing off
+unless told), so the server no longer parses and plans it either.
 """
 
 import functools

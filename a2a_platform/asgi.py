@@ -13,6 +13,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from a2a_platform.a2a_asgi import A2AHandler, http_router  # noqa: E402
 from a2a_platform.console.routing import websocket_urlpatterns  # noqa: E402
+from a2a_platform.daphne_requests import disable_form_parsing  # noqa: E402
+
+# Daphne serves this application: its requests need not parse form bodies Django parses anyway.
+disable_form_parsing()
 
 application = ProtocolTypeRouter(
     {

@@ -9,4 +9,4 @@ COPY templates templates
 RUN pip install --no-cache-dir .
 ENV DEBUG=false
 EXPOSE 8000 50051
-CMD ["python", "-m", "daphne", "-b", "0.0.0.0", "-p", "8000", "a2a_platform.asgi:application"]
+CMD ["python", "manage.py", "webserve", "--host", "0.0.0.0", "--port", "8000"]

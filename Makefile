@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install lint worker beat grpc bench clean
+.PHONY: run test install lint web worker beat grpc bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: install
 
 test: lint
 	$(PY) -m pytest
+
+# Services mode's web tier: WEB_PROCESSES Daphne processes (default: one per CPU) on PORT.
+web: install
+	$(PY) manage.py webserve --host $(HOST) --port $(PORT)
 
 worker: install
 	$(PY) -m celery -A a2a_platform worker --pool threads --concurrency 8 --loglevel INFO

@@ -257,6 +257,8 @@ A2A_TURN_REDISPATCH_AFTER = env_float("A2A_TURN_REDISPATCH_AFTER", 5.0)
 A2A_EVENT_FLUSH_DELAY = env_float("A2A_EVENT_FLUSH_DELAY", 0.01)
 # Threads that run database work for async code (the engine, the bindings).
 A2A_DB_THREADS = env_int("A2A_DB_THREADS", 16)
+# Daphne processes `manage.py webserve` runs on one port (services mode); 0: one per CPU.
+WEB_PROCESSES = env_int("WEB_PROCESSES", 0)
 A2A_CARD_MAX_AGE = env_int("A2A_CARD_MAX_AGE", 300)
 A2A_MAX_REQUEST_BYTES = env_int("A2A_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES

@@ -8,7 +8,8 @@
 
 Servers, all on loopback, all behind Daphne, started the way tests/live.py starts them:
 
-    platform-services   Daphne + a separate Celery worker, PostgreSQL + Redis (db 5)
+    platform-services   manage.py webserve (a Daphne process per CPU) + a separate Celery worker,
+                        PostgreSQL + Redis (db 5)
     platform-embedded   `manage.py serve` (Daphne + worker threads), SQLite
     sdk-memory          bench/sdk_echo_server.py on the SDK's InMemoryTaskStore
     sdk-postgres        the same on the SDK's DatabaseTaskStore, same PostgreSQL, its own database
@@ -55,6 +56,7 @@ from tests.live import (  # noqa: E402
     start_celery_worker,
     stop_processes,
     wait_until,
+    webserve_args,
 )
 
 OUT_DIR = ROOT / "var" / "bench"
@@ -94,7 +96,10 @@ def log(message: str) -> None:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process, all its threads included, from /proc/<pid>/stat (None if unreadable)."""
+    """utime + stime of a process and its live children, all threads included (None if unreadable).
+
+    Children count: `manage.py webserve` serves through the Daphne processes it starts.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -102,7 +107,12 @@ def cpu_seconds(pid: int) -> float | None:
     # Fields after the command name "(...)", which may itself hold spaces: state is
     # field 3 of proc(5), so utime (14) and stime (15) are at 11 and 12 here.
     fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return seconds + sum(cpu_seconds(int(child)) or 0.0 for child in children)
 
 
 def cpu_label(proc: Process) -> str:
@@ -207,7 +217,8 @@ def start_platform(mode: str, env: dict, log_dir: Path) -> Server:
     base = f"http://127.0.0.1:{port}"
     procs: list[Process] = []
     if mode == "services":
-        procs.append(spawn("platform-web", daphne_args(port, "a2a_platform.asgi:application"), env, log_dir))
+        # The web tier as deployed: a Daphne process per CPU on the port (WEB_PROCESSES).
+        procs.append(spawn("platform-web", webserve_args(port), env, log_dir))
         procs.append(start_celery_worker("platform-worker", env, log_dir))
         storage = ("postgres", PLATFORM_DB)
     else:

@@ -229,6 +229,12 @@ def daphne_args(port: int, app: str) -> list[str]:
     return [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port), app]
 
 
+def webserve_args(port: int, processes: int | None = None) -> list[str]:
+    """Services mode's web tier as deployed: `manage.py webserve` (Daphne processes on one port)."""
+    args = [sys.executable, "manage.py", "webserve", "--port", str(port)]
+    return args + (["--processes", str(processes)] if processes else [])
+
+
 def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
     """A separate Celery worker process, as `make worker` runs it, ready to take turns."""
     args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]

@@ -422,8 +422,8 @@ LOGGING = {
         "daphne": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},
         # Celery's "Task ... received" and "Task ... succeeded" lines per job repeat the
-        # turn's own "ended" line (which carries the task id), at about 3% of the worker's
-        # CPU per echo turn; failures are still logged, at ERROR.
+        # turn's own "ended" line (which carries the task id), at about 2.5% of the worker's
+        # CPU per echo turn (py-spy, bench/README.md); failures are still logged, at ERROR.
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
     },

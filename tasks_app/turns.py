@@ -325,18 +325,16 @@ def turn_renew(turn: Turn) -> str | None:
     return None
 
 
-# The one rule of a turn's ownership: its message is RUNNING, in this attempt.
-_OWNED_FIELDS = ("id", "turn", "turn_attempts")
-
-
 def _owned(turn: Turn) -> dict:
-    return dict(zip(_OWNED_FIELDS, (turn.message_pk, Message.Turn.RUNNING, turn.attempt), strict=True))
+    """The one rule of a turn's ownership: its message is RUNNING, in this attempt."""
+    return {"id": turn.message_pk, "turn": Message.Turn.RUNNING, "turn_attempts": turn.attempt}
 
 
 @functools.cache
 def _owned_where() -> str:
     """_owned as the WHERE clause of a hand-written statement (built once per process)."""
-    return " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in _OWNED_FIELDS)
+    names = _owned(Turn(task_pk="", message_pk=0, attempt=0, timeout=0.0))
+    return " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in names)
 
 
 def owned_turn(turn: Turn):

@@ -36,7 +36,8 @@ class Context(models.Model):
     never lets one caller join, or learn of, another caller's conversation.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="contexts")
+    # Led by the unique (tenant, owner, context_id): no index of its own to keep up on every write.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="contexts", db_index=False)
     # Server-generated contexts get a UUID; a client may also bring its own id.
     context_id = models.CharField(max_length=255)
     # The principal that started it, in Task.owner's format.
@@ -68,7 +69,8 @@ class Task(models.Model):
         MESSAGE = "message", "Message exchange"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks")
+    # Every index of Meta leads with tenant: no index of its own to keep up on every write.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tasks")
     context = models.ForeignKey(Context, on_delete=models.CASCADE, related_name="tasks")
     state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.SUBMITTED)
@@ -148,7 +150,10 @@ class Message(models.Model):
         DONE = "done", "Done"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="messages")
-    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="messages")
+    # message_task_idx leads with task: no index of its own to keep up on every write.
+    task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     context = models.ForeignKey(Context, on_delete=models.CASCADE, related_name="messages")
     message_id = models.CharField(max_length=255)
     role = models.CharField(max_length=10, choices=Role.choices)
@@ -226,7 +231,8 @@ class IdempotencyKey(models.Model):
 
 
 class Artifact(models.Model):
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    # Led by the unique (task, artifact_id).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts", db_index=False)
     artifact_id = models.CharField(max_length=255)
     name = models.CharField(max_length=255, blank=True, default="")
     description = models.TextField(blank=True, default="")
@@ -262,7 +268,8 @@ class TaskEvent(models.Model):
         ARTIFACT = "artifact", "Artifact update"
         MESSAGE = "message", "Message"
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    # Led by the unique (task, seq).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=Kind.choices)
     # The StreamResponse in 1.0 ProtoJSON, exactly as streamed.
@@ -286,7 +293,8 @@ class PushConfig(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="push_configs")
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs")
+    # Led by the unique (task, config_id).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs", db_index=False)
     # The config's public id: the caller's, or a UUID the server made up.
     config_id = models.CharField(max_length=255)
     url = models.CharField(max_length=2048)

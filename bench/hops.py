@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/hops.py
 
-Starts the platform in services mode the way bench/run.py does (Daphne + a
+Starts the platform in services mode the way bench/run.py does (webserve + a
 separate Celery worker, a PostgreSQL database of its own, Redis db 5), sends
 `--warmup` unmeasured requests, then ONE blocking SendMessage, and prints:
 
@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         server = start_platform("services", env, work_dir)
         with httpx.Client(timeout=30, trust_env=False) as client:
             for _ in range(args.warmup):
-                client.post(server.rpc_url, json=send_body(), headers=HEADERS).raise_for_status()
+                # A connection each: the kernel spreads them over webserve's Daphne processes, so
+                # every one is warm (its pools and broker connection made) before the one measured.
+                with httpx.Client(timeout=30, trust_env=False) as fresh:
+                    fresh.post(server.rpc_url, json=send_body(), headers=HEADERS).raise_for_status()
             print(
                 f"Warm-up done; waiting {3 * args.settle:.0f} s for PostgreSQL's counters ...",
                 file=sys.stderr,

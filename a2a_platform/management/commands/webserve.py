@@ -19,7 +19,6 @@ its own (README, Scale-out), so this command only shares the port out:
 """
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import socket
@@ -43,12 +42,16 @@ def default_processes() -> int:
     return settings.WEB_PROCESSES or os.cpu_count() or 1
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the launcher dies (Linux only; elsewhere a no-op)."""
+def _die_with_parent():
+    """A preexec_fn that has the child sent SIGTERM when the launcher dies (Linux), or None.
+
+    prctl is looked up here, in the launcher: between fork and exec the child
+    should only make the call.
+    """
     if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Command(BaseCommand):
@@ -107,6 +110,7 @@ class Supervisor:
         self.children: dict[int, tuple[subprocess.Popen, float]] = {}
         self.stopping = False
         self.failed_starts = 0
+        self.preexec = _die_with_parent()
 
     def run(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -126,7 +130,7 @@ class Supervisor:
         fd = self.listeners[slot].fileno()
         command = [sys.executable, "-m", "daphne", "--fd", str(fd), *self.daphne_options]
         command.append("a2a_platform.asgi:application")
-        child = subprocess.Popen(command, pass_fds=(fd,), preexec_fn=_die_with_parent)
+        child = subprocess.Popen(command, pass_fds=(fd,), preexec_fn=self.preexec)
         self.children[slot] = (child, time.monotonic())
 
     def _reap(self, timeout: float) -> None:

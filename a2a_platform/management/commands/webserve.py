@@ -81,11 +81,11 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"Cannot listen on {host}:{port}: {exc}") from None
         # -v 0: no access line per request from Daphne (the platform logs its own, A2A_ACCESS_LOG).
-        options = ["-v", "0", "--application-close-timeout", "30"]
-        options += ["--proxy-headers"] if proxy_headers else []
+        daphne_options = ["-v", "0", "--application-close-timeout", "30"]
+        daphne_options += ["--proxy-headers"] if proxy_headers else []
         self.stdout.write(f"Web tier serving on http://{host}:{port} with {processes} Daphne processes")
         self.stdout.flush()
-        Supervisor(listeners, options).run()
+        Supervisor(listeners, daphne_options).run()
 
 
 def listen(host: str, port: int, count: int) -> list[socket.socket]:

@@ -25,6 +25,11 @@ itself with class attributes, the same for built-ins and entry-point handlers:
 - `check_ready(config)` (classmethod or staticmethod, optional): a quick check
   that the agent can serve now (a remote agent answers); agents/health.py
   calls it with a short timeout, never on the request path of a call.
+- `answers_with_task` (bool, default False): True when the handler never
+  answers a first message with a Message alone (it always works through the
+  task). A stream then gets the accepted Task at once, instead of after the
+  agent's first event; a handler that says so and sends a Message anyway
+  completes its task with that Message.
 
 A handler without `config_model` takes any JSON object as its config.
 """
@@ -149,6 +154,14 @@ def handler_info(name: str) -> HandlerInfo:
         default_config={key: prop["default"] for key, prop in properties.items() if "default" in prop},
         default_skills=list(getattr(handler, "default_skills", [])),
     )
+
+
+def answers_with_task(name: str) -> bool:
+    """Whether handler `name` declares answers_with_task (a handler that does not load: no)."""
+    try:
+        return getattr(load_handler(name), "answers_with_task", False) is True
+    except HandlerNotAvailable:
+        return False
 
 
 def _static_hook(handler, name: str):

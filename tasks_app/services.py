@@ -23,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.approvals import requested_decision
+from agents.registry import answers_with_task
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
@@ -82,7 +83,8 @@ def message_send(
 
     reply_as_message: the caller will not see the task before the agent's
     first word (a blocking call or a stream), so an agent that answers with a
-    Message alone makes it a message exchange (Task.Reply.MESSAGE).
+    Message alone makes it a message exchange (Task.Reply.MESSAGE). Not for
+    a handler that declares answers_with_task: its task is shown at once.
 
     One transaction stores everything (context, task, message, the first log
     entry, the key); the turn is dispatched and the entry published after it
@@ -111,7 +113,8 @@ def message_send(
             task = _task_to_continue(caller, message)
         else:
             reply = Task.Reply.TASK
-            if reply_as_message and not request.configuration.return_immediately:
+            may_answer_with_message = not answers_with_task(caller.agent.handler)
+            if reply_as_message and may_answer_with_message and not request.configuration.return_immediately:
                 reply = Task.Reply.OPEN
             task = _new_task(caller, message, reply, task_pk)
         if idempotency_key:

@@ -76,3 +76,30 @@ class MessageReplyExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         return None
+
+
+class GatedReplyExecutor(AgentExecutor):
+    """Says it always answers with a task, waits until the file its message names exists,
+    then answers with a Message alone anyway (the stream-order tests)."""
+
+    answers_with_task = True
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+        from pathlib import Path
+
+        from a2a.helpers import new_text_message
+        from a2a.types import Role
+
+        gate = Path(context.get_user_input())
+        for _ in range(300):
+            if gate.exists():
+                break
+            await asyncio.sleep(0.1)
+        reply = new_text_message(
+            f"Gate {gate.name} opened", context_id=context.context_id, role=Role.ROLE_AGENT
+        )
+        await event_queue.enqueue_event(reply)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None

@@ -28,6 +28,7 @@ class ApprovalAgentExecutor(AgentExecutor):
         "an operator grants or denies it in the console."
     )
     config_model = NoConfig
+    answers_with_task = True
     default_skills = [
         {
             "id": "approval",

@@ -23,6 +23,7 @@ class ClarifyAgentExecutor(AgentExecutor):
         "Asks a clarifying question (input-required), then answers with your request and your reply."
     )
     config_model = NoConfig
+    answers_with_task = True
     default_skills = [
         {
             "id": "clarify",

@@ -13,6 +13,7 @@ class EchoAgentExecutor(AgentExecutor):
     title = "Echo"
     description = "Answers every message with the text it received: the hello world of A2A, to try first."
     config_model = NoConfig
+    answers_with_task = True
     default_skills = [
         {
             "id": "echo_bot",

@@ -58,6 +58,7 @@ class ProgressAgentExecutor(AgentExecutor):
         "it can be canceled while it runs."
     )
     config_model = ProgressConfig
+    answers_with_task = True
     default_skills = [
         {
             "id": "progress",

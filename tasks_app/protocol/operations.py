@@ -123,9 +123,11 @@ async def send_streaming_message(
             raise _beyond_log(call.last_event_id, log_end)
         # A new message: the header cannot be about its stream; serve it from the start.
     if outcome.seq_before == 0 and not outcome.duplicate:
-        # A new task: its log starts with the Task itself, so the stream is the log.
+        # A new task: its log starts with the Task itself, so the stream is the log. Its
+        # first entry is the Task as the accept stored it: sent from here, not read back.
+        first = (1, {"task": outcome.snapshot})
         hold = outcome.task.reply == Task.Reply.OPEN
-        return _stream(outcome.task.pk, after=0, snapshot=False, hold_task=hold)
+        return _stream(outcome.task.pk, after=1, snapshot=False, first=first, hold_first=hold)
     return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
 
 
@@ -180,38 +182,44 @@ async def _stream(
     after: int | None,
     snapshot: bool,
     wait_past_interruption: bool = False,
-    hold_task: bool = False,
+    first: tuple[int, dict] | None = None,
+    hold_first: bool = False,
     accepted: SendOutcome | None = None,
 ) -> AsyncIterator:
+    """The task's events as (seq, payload), after `after`: the log, then live.
+
+    snapshot: first the task as it is now (`after` is then its log position).
+    first: the log entry at `after`, already in hand (a new task's Task).
+    hold_first: `first` waits for the agent's first event; a Message alone replaces it.
+    """
     if snapshot:
         # The spec wants the current Task first; its id is the log position it reflects.
         # (A retried send of a message exchange gets the agent's Message, the whole answer.)
         try:
-            after, first = await db(_snapshot_with_seq, task_pk)
+            after, current = await db(_snapshot_with_seq, task_pk)
         except UNAVAILABLE_ERRORS as exc:
             if accepted is None:
                 raise
             # A send's stream: the task as it was accepted, then the log from there.
             logger.warning("Reading task %s: the database is unavailable (%r)", task_pk, exc)
-            after, first = accepted.task.event_seq, {"task": accepted.accepted}
-        yield after, first
-        state = payload_state(first)
-        if "message" in first or state in TERMINAL_STATES:
+            after, current = accepted.task.event_seq, {"task": accepted.accepted}
+        yield after, current
+        state = payload_state(current)
+        if "message" in current or state in TERMINAL_STATES:
             return
         if state in INTERRUPTED_STATES and not wait_past_interruption:
             return
     held = None
+    if first is not None:
+        if hold_first:
+            held = first
+        else:
+            yield first
     async for item in follow(task_pk, after):
         if item is HEARTBEAT:
             yield item
             continue
         seq, payload = item
-        if hold_task:
-            hold_task = False
-            if seq == 1 and "task" in payload:
-                # The accepted Task waits for the agent's first event: a Message alone replaces it.
-                held = item
-                continue
         if held is not None:
             if "message" not in payload:
                 yield held

@@ -13,6 +13,7 @@ from a2a.types import Role, SendMessageRequest
 from asgiref.sync import sync_to_async
 
 from agents.models import Agent
+from agents.registry import answers_with_task
 from tasks_app.models import Message, Task, TaskEvent
 from tasks_app.selectors import tasks_matching, tenant_tasks
 from tenants.models import Tenant
@@ -99,6 +100,52 @@ def test_a_stream_carries_that_one_message(server, replier):
     record = _exchange(rest_events[0]["data"]["message"]["contextId"])
     kinds = list(TaskEvent.objects.filter(task=record).order_by("seq").values_list("kind", flat=True))
     assert kinds == ["task", "message"]
+
+
+def test_the_built_in_handlers_that_always_make_a_task_say_so():
+    assert all(answers_with_task(name) for name in ("echo", "clarify", "approval", "progress"))
+    # A remote agent may answer with a Message alone; a handler that is not installed says nothing.
+    assert not answers_with_task("a2a_proxy")
+    assert not answers_with_task("no-such-handler")
+
+
+@pytest.fixture
+def gated(stored) -> str:
+    Agent.objects.get_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="gated",
+        defaults={"name": "Gated", "handler": "gated"},
+    )
+    return "gated"
+
+
+@pytest.mark.parametrize("path", ["", "rest/message:stream"], ids=["jsonrpc", "rest"])
+def test_an_agent_that_answers_with_a_task_has_its_task_streamed_before_its_first_event(
+    server, gated, tmp_path, path
+):
+    """A handler declaring answers_with_task: the accepted Task is the stream's first event at
+    once, while the agent has said nothing yet; a Message it sends anyway completes the task."""
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    params = user_message(str(gate), f"m-{uuid.uuid4()}")
+    body = {"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage", "params": params}
+    unwrap = (lambda data: data) if path else (lambda data: data["result"])
+    with stream(server.agent_url(gated) + path, params if path else body) as response:
+        events = read_events(response)
+        first = next(events)
+        task = unwrap(first["data"])["task"]
+        assert first["id"] == "1"
+        assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+        # The agent waits for the gate: nothing of it is stored or streamed yet.
+        stored_task = Task.objects.get(pk=task["id"])
+        assert stored_task.event_seq == 1 and stored_task.reply == Task.Reply.TASK
+        gate.touch()
+        rest = [unwrap(event["data"]) for event in events]
+    assert [list(payload) for payload in rest] == [["statusUpdate"]]
+    status = rest[0]["statusUpdate"]["status"]
+    assert status["state"] == "TASK_STATE_COMPLETED"
+    assert status["message"]["parts"] == [{"text": f"Gate {gate.name} opened"}]
+    stored_task.refresh_from_db()
+    assert not stored_task.is_message_exchange and stored_task.state == "completed"
 
 
 def test_the_console_shows_the_exchange_under_its_context(rpc, replier):

@@ -10,15 +10,17 @@ import re
 
 from a2a.utils.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 
 from agents.access import get_enabled_agent
 from agents.cards import public_base_url, requested_version
 from agents.models import Agent
+from tasks_app.access import Caller
 from tasks_app.db import db
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
 from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import last_event_id
-from tasks_app.quotas import quota_admit
+from tasks_app.quotas import quota_admit, quota_check
 
 JSON_CONTENT_TYPES = {"application/json", "application/json-rpc", "application/jsonrequest"}
 # What resolve_caller raises when the caller may not call; refusal() says how to answer.
@@ -90,12 +92,66 @@ async def call_for(request, agent: Agent, method: str) -> Call:
         caller = resolve_caller(request, agent, method)
     # REMOTE_ADDR is the peer Daphne saw; behind a proxy, run Daphne with --proxy-headers.
     await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""))
+    return _call(request, caller, key)
+
+
+def _call(request, caller: Caller, key: str) -> Call:
     return Call(
         caller=caller,
         last_event_id=last_event_id(request),
         base_url=public_base_url(request),
         idempotency_key=key,
     )
+
+
+class NoAgent(Exception):
+    """No enabled agent at the request's URL: the binding answers "No agent at this URL"."""
+
+
+class CallerRefused(Exception):
+    """One of CALLER_REFUSED (`reason`), with the agent refusal() needs to answer it."""
+
+    def __init__(self, agent: Agent, reason: Exception):
+        super().__init__(str(reason))
+        self.agent = agent
+        self.reason = reason
+
+
+async def answer_in_one_trip(request, tenant_slug: str, agent_slug: str, method: str, parse, work) -> dict:
+    """What `work(call, params)` answers, with the agent lookup and the caller's checks in its trip.
+
+    What call_for and then the operation do, in one hand-off to a database
+    thread instead of two or three (operations.in_one_trip). `parse()` gives
+    the request proto. Raises NoAgent and CallerRefused, which the binding
+    answers, and the operation's own errors.
+
+    The order of the checks is the bindings' usual one: no agent first, then
+    the version and the request, then the caller, its quotas and the work.
+    The version and the parse need no database, so they run here before the
+    trip; when either fails, the agent is looked up after all, so that "no
+    agent" still comes first.
+    """
+    try:
+        check_version_1(request)
+        params = parse()
+    except (A2AError, RequestDataTooBig):
+        if await find_agent(tenant_slug, agent_slug) is None:
+            raise NoAgent() from None
+        raise
+    return await db(_in_one_trip, request, tenant_slug, agent_slug, method, params, work)
+
+
+def _in_one_trip(request, tenant_slug: str, agent_slug: str, method: str, params, work) -> dict:
+    agent = get_enabled_agent(tenant_slug, agent_slug)
+    if agent is None:
+        raise NoAgent()
+    key = idempotency_key(request) if method in SEND_METHODS else ""
+    try:
+        caller = resolve_caller(request, agent, method)
+    except CALLER_REFUSED as exc:
+        raise CallerRefused(agent, exc) from None
+    quota_check(caller, method, request.META.get("REMOTE_ADDR", ""))
+    return work(_call(request, caller, key), params)
 
 
 def refusal(exc: Exception, agent: Agent) -> tuple[int, A2AError, dict[str, str]]:

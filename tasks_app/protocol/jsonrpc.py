@@ -25,6 +25,9 @@ from tasks_app.protocol.errors import (
 )
 from tasks_app.protocol.http import (
     CALLER_REFUSED,
+    CallerRefused,
+    NoAgent,
+    answer_in_one_trip,
     call_for,
     check_version_1,
     find_agent,
@@ -106,9 +109,21 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         if envelope_error:
             raise envelope_error
         name_method(request, body["method"], KNOWN_METHODS)
+        method = operations.METHODS.get(body["method"])
+        if method is not None and hasattr(method[1], "one_trip"):
+            request_type, operation, _ = method
+            result = await answer_in_one_trip(
+                request,
+                tenant,
+                agent,
+                body["method"],
+                lambda: parse_params(body.get("params"), request_type),
+                operation.one_trip,
+            )
+            return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
         found = await find_agent(tenant, agent)
         if found is None:
-            return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
+            raise NoAgent()
         if body["method"] in legacy.LEGACY_METHODS:
             return await legacy.dispatch(request, body, found, request_id)
         method = operations.METHODS.get(body["method"])
@@ -129,6 +144,11 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             )
         result = await operation(call, params)
         return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+    except NoAgent:
+        return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
+    except CallerRefused as refused:
+        status, error, challenge = refusal(refused.reason, refused.agent)
+        return error_response(request_id, error, status, challenge)
     except A2AError as error:
         return error_response(request_id, error, jsonrpc_http_status(error), unavailable_headers(error))
     except UNAVAILABLE_ERRORS as exc:

@@ -131,14 +131,34 @@ async def send_streaming_message(
     return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
 
 
-async def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
-    check_tenant(call, request)
-    return await db(task_get, call.caller, request.id, history_length=_history_length(request))
+def in_one_trip(work):
+    """The operation whose whole work is `work(call, request)`, run on a database thread.
+
+    `work` stays reachable as the operation's `one_trip`: the JSON-RPC and REST
+    bindings run it in the same trip as the agent lookup and the caller's
+    checks (http.answer_in_one_trip), one hand-off to a database thread per
+    request instead of two. Measured on GetTask at c=1, a hand-off and the
+    lookup's statement were about 0.85 ms of 4.7 (bench/README.md).
+    """
+
+    async def operation(call: Call, request) -> dict:
+        return await db(work, call, request)
+
+    operation.one_trip = work
+    operation.__name__ = operation.__qualname__ = work.__name__
+    return operation
 
 
-async def cancel_task(call: Call, request: pb.CancelTaskRequest) -> dict:
+@in_one_trip
+def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
     check_tenant(call, request)
-    return await db(task_cancel, call.caller, request.id)
+    return task_get(call.caller, request.id, history_length=_history_length(request))
+
+
+@in_one_trip
+def cancel_task(call: Call, request: pb.CancelTaskRequest) -> dict:
+    check_tenant(call, request)
+    return task_cancel(call.caller, request.id)
 
 
 async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> AsyncIterator:
@@ -233,7 +253,8 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 
 
-async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
+@in_one_trip
+def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
     check_tenant(call, request)
     page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
     if page_size < 1 or page_size > MAX_PAGE_SIZE:
@@ -248,8 +269,7 @@ async def list_tasks(call: Call, request: pb.ListTasksRequest) -> dict:
         if request.HasField("status_timestamp_after")
         else None
     )
-    return await db(
-        task_list,
+    return task_list(
         call.caller,
         context_id=request.context_id,
         state=state,

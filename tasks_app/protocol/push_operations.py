@@ -6,27 +6,27 @@ dict, errors as a2a-sdk exceptions. Bindings dispatch by these method names.
 
 from a2a.types import a2a_pb2 as pb
 
-from tasks_app.db import db
 from tasks_app.protocol.auth import check_tenant
+from tasks_app.protocol.operations import in_one_trip
 from tasks_app.push import push_config_create, push_config_delete, push_config_get, push_config_list
 
 
-async def create_task_push_notification_config(call, request: pb.TaskPushNotificationConfig) -> dict:
+@in_one_trip
+def create_task_push_notification_config(call, request: pb.TaskPushNotificationConfig) -> dict:
     check_tenant(call, request)
-    return await db(push_config_create, call.caller, request)
+    return push_config_create(call.caller, request)
 
 
-async def get_task_push_notification_config(call, request: pb.GetTaskPushNotificationConfigRequest) -> dict:
+@in_one_trip
+def get_task_push_notification_config(call, request: pb.GetTaskPushNotificationConfigRequest) -> dict:
     check_tenant(call, request)
-    return await db(push_config_get, call.caller, request.task_id, request.id)
+    return push_config_get(call.caller, request.task_id, request.id)
 
 
-async def list_task_push_notification_configs(
-    call, request: pb.ListTaskPushNotificationConfigsRequest
-) -> dict:
+@in_one_trip
+def list_task_push_notification_configs(call, request: pb.ListTaskPushNotificationConfigsRequest) -> dict:
     check_tenant(call, request)
-    return await db(
-        push_config_list,
+    return push_config_list(
         call.caller,
         request.task_id,
         page_size=request.page_size,
@@ -34,11 +34,10 @@ async def list_task_push_notification_configs(
     )
 
 
-async def delete_task_push_notification_config(
-    call, request: pb.DeleteTaskPushNotificationConfigRequest
-) -> dict:
+@in_one_trip
+def delete_task_push_notification_config(call, request: pb.DeleteTaskPushNotificationConfigRequest) -> dict:
     check_tenant(call, request)
-    await db(push_config_delete, call.caller, request.task_id, request.id)
+    push_config_delete(call.caller, request.task_id, request.id)
     return {}
 
 

@@ -4,6 +4,7 @@ Paths follow the proto's google.api.http rules. Bodies and answers are 1.0
 ProtoJSON; errors are google.rpc.Status JSON with an ErrorInfo detail.
 """
 
+import functools
 import logging
 import re
 
@@ -29,6 +30,9 @@ from tasks_app.protocol.errors import (
 )
 from tasks_app.protocol.http import (
     CALLER_REFUSED,
+    CallerRefused,
+    NoAgent,
+    answer_in_one_trip,
     call_for,
     check_version_1,
     find_agent,
@@ -186,11 +190,15 @@ async def _answer(request, tenant: str, agent: str, rest: str):
             )
         if method_name is None:
             return error_response(MethodNotFoundError(message=f"No A2A operation at '{rest}'"))
+        request_type, operation, streaming = operations.METHODS[method_name]
+        if hasattr(operation, "one_trip"):
+            parse = functools.partial(_parse, request, request_type, path_params)
+            result = await answer_in_one_trip(request, tenant, agent, method_name, parse, operation.one_trip)
+            return JsonResponse(result)
         found = await find_agent(tenant, agent)
         if found is None:
-            return error_response(MethodNotFoundError(message="No agent at this URL"))
+            raise NoAgent()
         check_version_1(request)
-        request_type, operation, streaming = operations.METHODS[method_name]
         params = _parse(request, request_type, path_params)
         try:
             call = await call_for(request, found, method_name)
@@ -203,6 +211,11 @@ async def _answer(request, tenant: str, agent: str, rest: str):
     except RequestDataTooBig:
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
         return error_response(InvalidRequestError(message=payload_too_large_message()), 413)
+    except NoAgent:
+        return error_response(MethodNotFoundError(message="No agent at this URL"))
+    except CallerRefused as refused:
+        status, error, challenge = refusal(refused.reason, refused.agent)
+        return error_response(error, status, challenge)
     except A2AError as error:
         return error_response(error, headers=unavailable_headers(error) or None)
     except UNAVAILABLE_ERRORS as exc:

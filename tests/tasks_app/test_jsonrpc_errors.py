@@ -127,6 +127,45 @@ def test_unknown_agent_answers_404_with_a_json_rpc_error(server):
     assert response.json()["error"]["code"] == -32601
 
 
+# Requests to the operations that run whole on a database thread (GetTask, ListTasks, the
+# push configs: operations.in_one_trip), each with a fault the binding finds before that trip.
+EARLY_FAULTS = [
+    pytest.param("GetTask", {"id": "t", "historyLength": "many"}, {}, -32602, id="bad-params"),
+    pytest.param("ListTasks", {"pageSize": 0}, {}, -32602, id="refused-params"),
+    pytest.param("GetTask", {"id": "t"}, {"A2A-Version": "0.3"}, -32009, id="old-version"),
+]
+
+
+@pytest.mark.parametrize(("method", "params", "headers", "code"), EARLY_FAULTS)
+def test_no_agent_comes_before_what_is_wrong_with_the_request(server, method, params, headers, code):
+    body = {"jsonrpc": "2.0", "id": 9, "method": method, "params": params}
+    sent = {"A2A-Version": "1.0", **headers}
+    nobody = httpx.post(f"{server.base_url}/a2a/demo/nobody/", json=body, headers=sent, timeout=30)
+    assert nobody.status_code == 404
+    error = nobody.json()["error"]
+    assert (error["code"], error["message"]) == (-32601, "No agent at this URL")
+    # The same request to an agent that exists gets the request's own error.
+    echo = httpx.post(server.agent_url("echo"), json=body, headers=sent, timeout=30)
+    assert echo.json()["error"]["code"] == code and echo.json()["id"] == 9
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "status"),
+    [
+        pytest.param("?historyLength=many", {}, 400, id="bad-params"),
+        pytest.param("", {"A2A-Version": "0.3"}, 400, id="old-version"),
+    ],
+)
+def test_rest_says_no_agent_before_what_is_wrong_with_the_request(server, query, headers, status):
+    sent = {"A2A-Version": "1.0", **headers}
+    path = "rest/tasks/00000000-0000-0000-0000-000000000000" + query
+    nobody = httpx.get(f"{server.base_url}/a2a/demo/nobody/{path}", headers=sent, timeout=30)
+    assert nobody.status_code == 404
+    assert nobody.json()["error"]["message"] == "No agent at this URL"
+    echo = httpx.get(server.agent_url("echo") + path, headers=sent, timeout=30)
+    assert echo.status_code == status and echo.json()["error"]["message"] != "No agent at this URL"
+
+
 def test_get_is_not_allowed_on_the_json_rpc_endpoint(server):
     response = httpx.get(server.agent_url("echo"))
     assert response.status_code == 405

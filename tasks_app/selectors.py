@@ -81,7 +81,8 @@ def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool
             "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
             [task_id, history_length + 1],
         )
-        messages = [sql.hydrate(Message, row, names=HISTORY_FIELDS) for row in reversed(rows)]
+        # Only rendered: records, not Message instances.
+        messages = [sql.record(Message, row, names=HISTORY_FIELDS) for row in reversed(rows)]
     artifacts = []
     if include_artifacts:
         rows = sql.fetch_all(

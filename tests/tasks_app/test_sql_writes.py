@@ -4,12 +4,22 @@
 TaskEvent rows without save(), so a pre_save or post_save receiver on one of
 them would silently miss those writes. Whoever adds one must first move the
 writes back to the ORM, or send the signal there.
+
+A page of history is read as records (`sql.record`), not Message instances,
+so no init signal is sent for those rows either.
 """
 
-import pytest
-from django.db.models.signals import post_save, pre_save
+import uuid
 
+import pytest
+from django.db import transaction
+from django.db.models.signals import post_init, post_save, pre_init, pre_save
+from django.utils import timezone
+
+from agents.models import Agent
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
+from tasks_app.selectors import HISTORY_FIELDS
+from tenants import sql
 
 
 @pytest.mark.parametrize(
@@ -18,3 +28,38 @@ from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
 def test_models_written_without_save_have_no_save_receivers(model):
     assert not pre_save.has_listeners(model)
     assert not post_save.has_listeners(model)
+
+
+def test_history_records_hold_what_the_instances_would(stored):
+    assert not pre_init.has_listeners(Message) and not post_init.has_listeners(Message)
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    columns = sql.columns(Message, "m", HISTORY_FIELDS)
+    with transaction.atomic():
+        context = Context.objects.create(tenant=agent.tenant, owner="anonymous", context_id=str(uuid.uuid4()))
+        task = Task.objects.create(
+            tenant=agent.tenant,
+            agent=agent,
+            context=context,
+            owner="anonymous",
+            status_timestamp=timezone.now(),
+        )
+        message = Message.objects.create(
+            tenant_id=task.tenant_id,
+            task=task,
+            context=task.context,
+            message_id=f"record-{uuid.uuid4()}",
+            role=Message.Role.USER,
+            parts=[{"text": "héllo"}, {"data": {"n": [1, 2.5, None, True]}}],
+            metadata={"k": {"nested": "v"}},
+            extensions=["https://example.test/ext"],
+            reference_task_ids=[str(uuid.uuid4())],
+        )
+        row = sql.fetch_one(f"SELECT {columns} FROM {sql.table(Message)} m WHERE m.id = %s", [message.pk])
+        transaction.set_rollback(True)
+    record, instance = (
+        sql.record(Message, row, names=HISTORY_FIELDS),
+        sql.hydrate(Message, row, names=HISTORY_FIELDS),
+    )
+    assert record.pk == instance.pk == message.pk
+    for name in HISTORY_FIELDS:
+        assert getattr(record, name) == getattr(instance, name) == getattr(message, name), name

@@ -7,6 +7,7 @@ resolve the caller through these; each then frames the answer (and a refusal:
 """
 
 import re
+from dataclasses import dataclass
 
 from a2a.utils.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
 from django.conf import settings
@@ -117,41 +118,51 @@ class CallerRefused(Exception):
         self.reason = reason
 
 
-async def answer_in_one_trip(request, tenant_slug: str, agent_slug: str, method: str, parse, work) -> dict:
-    """What `work(call, params)` answers, with the agent lookup and the caller's checks in its trip.
+async def parse_before_trip(request, tenant_slug: str, agent_slug: str, parse):
+    """The request proto `parse()` gives, for an operation that takes a PendingCall.
 
-    What call_for and then the operation do, in one hand-off to a database
-    thread instead of two or three (operations.in_one_trip). `parse()` gives
-    the request proto. Raises NoAgent and CallerRefused, which the binding
-    answers, and the operation's own errors.
-
-    The order of the checks is the bindings' usual one: no agent first, then
-    the version and the request, then the caller, its quotas and the work.
-    The version and the parse need no database, so they run here before the
-    trip; when either fails, the agent is looked up after all, so that "no
-    agent" still comes first.
+    The bindings' order of checks is: no agent first, then the version and
+    the request, then the caller, its quotas and the operation. The version
+    and the parse need no database, so they run here, before the operation's
+    trip to a database thread looks the agent up; when either fails, the
+    agent is looked up after all, so that "no agent" still comes first.
     """
     try:
         check_version_1(request)
-        params = parse()
+        return parse()
     except (A2AError, RequestDataTooBig):
         if await find_agent(tenant_slug, agent_slug) is None:
             raise NoAgent() from None
         raise
-    return await db(_in_one_trip, request, tenant_slug, agent_slug, method, params, work)
 
 
-def _in_one_trip(request, tenant_slug: str, agent_slug: str, method: str, params, work) -> dict:
-    agent = get_enabled_agent(tenant_slug, agent_slug)
-    if agent is None:
-        raise NoAgent()
-    key = idempotency_key(request) if method in SEND_METHODS else ""
-    try:
-        caller = resolve_caller(request, agent, method)
-    except CALLER_REFUSED as exc:
-        raise CallerRefused(agent, exc) from None
-    quota_check(caller, method, request.META.get("REMOTE_ADDR", ""))
-    return work(_call(request, caller, key), params)
+@dataclass(frozen=True)
+class PendingCall:
+    """The Call of a request whose agent is not looked up yet (operations.resolved()).
+
+    What find_agent and call_for do, left to the operation's first trip to a
+    database thread: one hand-off per request instead of two or three.
+    resolve() raises NoAgent and CallerRefused, which the binding answers.
+    """
+
+    request: object
+    tenant_slug: str
+    agent_slug: str
+    method: str
+
+    def resolve(self) -> Call:
+        """The Call. Runs on a database thread."""
+        agent = get_enabled_agent(self.tenant_slug, self.agent_slug)
+        if agent is None:
+            raise NoAgent()
+        request, method = self.request, self.method
+        key = idempotency_key(request) if method in SEND_METHODS else ""
+        try:
+            caller = resolve_caller(request, agent, method)
+        except CALLER_REFUSED as exc:
+            raise CallerRefused(agent, exc) from None
+        quota_check(caller, method, request.META.get("REMOTE_ADDR", ""))
+        return _call(request, caller, key)
 
 
 def refusal(exc: Exception, agent: Agent) -> tuple[int, A2AError, dict[str, str]]:

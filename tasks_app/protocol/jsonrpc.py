@@ -27,11 +27,12 @@ from tasks_app.protocol.http import (
     CALLER_REFUSED,
     CallerRefused,
     NoAgent,
-    answer_in_one_trip,
+    PendingCall,
     call_for,
     check_version_1,
     find_agent,
     is_json_content_type,
+    parse_before_trip,
     payload_too_large_message,
     refusal,
 )
@@ -110,33 +111,28 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             raise envelope_error
         name_method(request, body["method"], KNOWN_METHODS)
         method = operations.METHODS.get(body["method"])
-        if method is not None and hasattr(method[1], "one_trip"):
-            request_type, operation, _ = method
-            result = await answer_in_one_trip(
-                request,
-                tenant,
-                agent,
-                body["method"],
-                lambda: parse_params(body.get("params"), request_type),
-                operation.one_trip,
+        if method is not None and getattr(method[1], "takes_pending_call", False):
+            # The agent is looked up in the operation's first trip to a database thread.
+            request_type, operation, streaming = method
+            params = await parse_before_trip(
+                request, tenant, agent, lambda: parse_params(body.get("params"), request_type)
             )
-            return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
-        found = await find_agent(tenant, agent)
-        if found is None:
-            raise NoAgent()
-        if body["method"] in legacy.LEGACY_METHODS:
-            return await legacy.dispatch(request, body, found, request_id)
-        method = operations.METHODS.get(body["method"])
-        if method is None:
-            raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
-        request_type, operation, streaming = method
-        check_version_1(request)
-        params = parse_params(body.get("params"), request_type)
-        try:
-            call = await call_for(request, found, body["method"])
-        except CALLER_REFUSED as exc:
-            status, error, challenge = refusal(exc, found)
-            return error_response(request_id, error, status, challenge)
+            call = PendingCall(request, tenant, agent, body["method"])
+        else:
+            found = await find_agent(tenant, agent)
+            if found is None:
+                raise NoAgent()
+            if body["method"] in legacy.LEGACY_METHODS:
+                return await legacy.dispatch(request, body, found, request_id)
+            if method is None:
+                raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
+            request_type, operation, streaming = method
+            check_version_1(request)
+            params = parse_params(body.get("params"), request_type)
+            try:
+                call = await call_for(request, found, body["method"])
+            except CALLER_REFUSED as exc:
+                raise CallerRefused(found, exc) from None
         if streaming:
             events = await operation(call, params)
             return sse_response(

@@ -49,15 +49,48 @@ def _history_length(request) -> int | None:
     return holder.history_length
 
 
-async def send_message(call: Call, request: pb.SendMessageRequest, *, send=message_send) -> dict:
+def resolved(call) -> Call:
+    """The Call, from a Call or a binding's PendingCall (http.py). On a database thread."""
+    return call if isinstance(call, Call) else call.resolve()
+
+
+def takes_pending_call(operation):
+    """Mark an operation that resolves its call in its first trip to a database thread.
+
+    The JSON-RPC and REST bindings then give it a PendingCall instead of
+    looking the agent up and resolving the caller first: one hand-off to a
+    database thread per request fewer. On GetTask at c=1 the extra hand-off
+    was 0.4-0.5 ms of 5 (bench/README.md).
+    """
+    operation.takes_pending_call = True
+    return operation
+
+
+def in_one_trip(work):
+    """The operation whose whole work is `work(call, request)`, run on a database thread."""
+
+    @takes_pending_call
+    async def operation(call, request) -> dict:
+        return await db(_resolved_then, work, call, request)
+
+    operation.__name__ = operation.__qualname__ = work.__name__
+    return operation
+
+
+def _resolved_then(work, call, request):
+    return work(resolved(call), request)
+
+
+@takes_pending_call
+async def send_message(call, request: pb.SendMessageRequest, *, send=message_send) -> dict:
     """SendMessage. `send` stores the message: message_send, or a dialect's wrapper around it.
 
     A blocking call that starts a task names the task first and joins its
     group before storing it: no event of the task can come before the
     subscription, so the wait needs no look at the store first.
     """
-    check_tenant(call, request)
-    history_length = _history_length(request)
+    if isinstance(call, Call):
+        _send_checks(call, request)
     blocking = not request.configuration.return_immediately
     new_task = uuid.uuid4() if blocking and not request.message.task_id else None
     feed = None
@@ -65,7 +98,8 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
         feed = Feed(new_task)
         await feed.join()
     try:
-        outcome = await _accept(send, call, request, task_pk=new_task)
+        call, outcome = await _accept(send, call, request, checks=_send_checks, task_pk=new_task)
+        history_length = _history_length(request)  # checked before the accept
         # Accepted means accepted: from here on the stored task is the answer,
         # whatever the channel layer or the database does meanwhile.
         if blocking:
@@ -93,21 +127,41 @@ async def send_message(call: Call, request: pb.SendMessageRequest, *, send=messa
         return {"task": outcome.accepted}
 
 
-async def _accept(send, call: Call, request: pb.SendMessageRequest, **options):
-    """Store the message (one transaction). A database that cannot be reached stored nothing: 503."""
+def _send_checks(call: Call, request: pb.SendMessageRequest) -> None:
+    """What a SendMessage checks once its caller is known, before anything is stored."""
+    check_tenant(call, request)
+    _history_length(request)
+
+
+async def _accept(
+    send, call, request: pb.SendMessageRequest, *, checks, **options
+) -> tuple[Call, SendOutcome]:
+    """Store the message (one transaction): the Call, resolved, and the outcome.
+
+    `checks(call, request)` runs first when the call is a PendingCall (the
+    caller of a Call ran it already). A database that cannot be reached
+    stored nothing: 503.
+    """
     try:
-        return await db(send, call.caller, request, idempotency_key=call.idempotency_key, **options)
+        return await db(_resolved_send, send, call, request, checks, **options)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("SendMessage refused, the database is unavailable: %r", exc)
         raise StoreUnavailable() from None
 
 
-async def send_streaming_message(
-    call: Call, request: pb.SendMessageRequest, *, send=message_send
-) -> AsyncIterator:
+def _resolved_send(send, call, request: pb.SendMessageRequest, checks, **options) -> tuple[Call, SendOutcome]:
+    if not isinstance(call, Call):
+        call = call.resolve()
+        checks(call, request)
+    return call, send(call.caller, request, idempotency_key=call.idempotency_key, **options)
+
+
+@takes_pending_call
+async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=message_send) -> AsyncIterator:
     """SendStreamingMessage; `send` as for send_message."""
-    check_tenant(call, request)
-    outcome = await _accept(send, call, request)
+    if isinstance(call, Call):
+        check_tenant(call, request)
+    call, outcome = await _accept(send, call, request, checks=check_tenant)
     # Accepted: from here on the stream is the answer, as for send_message.
     if call.last_event_id is not None:
         try:
@@ -129,24 +183,6 @@ async def send_streaming_message(
         hold = outcome.task.reply == Task.Reply.OPEN
         return _stream(outcome.task.pk, after=1, snapshot=False, first=first, hold_first=hold)
     return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
-
-
-def in_one_trip(work):
-    """The operation whose whole work is `work(call, request)`, run on a database thread.
-
-    `work` stays reachable as the operation's `one_trip`: the JSON-RPC and REST
-    bindings run it in the same trip as the agent lookup and the caller's
-    checks (http.answer_in_one_trip), one hand-off to a database thread per
-    request instead of two. Measured on GetTask at c=1, a hand-off and the
-    lookup's statement were about 0.85 ms of 4.7 (bench/README.md).
-    """
-
-    async def operation(call: Call, request) -> dict:
-        return await db(work, call, request)
-
-    operation.one_trip = work
-    operation.__name__ = operation.__qualname__ = work.__name__
-    return operation
 
 
 @in_one_trip

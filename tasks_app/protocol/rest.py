@@ -32,11 +32,12 @@ from tasks_app.protocol.http import (
     CALLER_REFUSED,
     CallerRefused,
     NoAgent,
-    answer_in_one_trip,
+    PendingCall,
     call_for,
     check_version_1,
     find_agent,
     is_json_content_type,
+    parse_before_trip,
     payload_too_large_message,
     refusal,
 )
@@ -191,20 +192,21 @@ async def _answer(request, tenant: str, agent: str, rest: str):
         if method_name is None:
             return error_response(MethodNotFoundError(message=f"No A2A operation at '{rest}'"))
         request_type, operation, streaming = operations.METHODS[method_name]
-        if hasattr(operation, "one_trip"):
-            parse = functools.partial(_parse, request, request_type, path_params)
-            result = await answer_in_one_trip(request, tenant, agent, method_name, parse, operation.one_trip)
-            return JsonResponse(result)
-        found = await find_agent(tenant, agent)
-        if found is None:
-            raise NoAgent()
-        check_version_1(request)
-        params = _parse(request, request_type, path_params)
-        try:
-            call = await call_for(request, found, method_name)
-        except CALLER_REFUSED as exc:
-            status, error, challenge = refusal(exc, found)
-            return error_response(error, status, challenge)
+        parse = functools.partial(_parse, request, request_type, path_params)
+        if getattr(operation, "takes_pending_call", False):
+            # The agent is looked up in the operation's first trip to a database thread.
+            params = await parse_before_trip(request, tenant, agent, parse)
+            call = PendingCall(request, tenant, agent, method_name)
+        else:
+            found = await find_agent(tenant, agent)
+            if found is None:
+                raise NoAgent()
+            check_version_1(request)
+            params = parse()
+            try:
+                call = await call_for(request, found, method_name)
+            except CALLER_REFUSED as exc:
+                raise CallerRefused(found, exc) from None
         if streaming:
             return sse_response(await operation(call, params), lambda payload: payload)
         return JsonResponse(await operation(call, params))

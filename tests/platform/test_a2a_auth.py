@@ -59,6 +59,17 @@ def test_no_token_on_an_authenticated_agent_gets_401_with_a_challenge(trio, bind
     assert answer.headers["WWW-Authenticate"].startswith('Bearer realm="a2a/acme/vault"')
 
 
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+def test_the_caller_is_refused_before_the_values_of_its_request_are_judged(trio, method):
+    params = {**new_message(), "configuration": {"historyLength": -1}}
+    answer = jsonrpc(trio, "acme", "vault", method, params, None)
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"].startswith('Bearer realm="a2a/acme/vault"')
+    # With a token, the same request gets its own error.
+    answer = jsonrpc(trio, "acme", "vault", "SendMessage", params, trio.token("acme"))
+    assert answer.json()["error"]["code"] == -32602
+
+
 def test_expired_token_is_refused_with_401(trio):
     expired = trio.token("acme", expires_in=-5)
     answer = jsonrpc(trio, "acme", "vault", "ListTasks", {}, expired)

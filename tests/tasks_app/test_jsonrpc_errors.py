@@ -127,12 +127,14 @@ def test_unknown_agent_answers_404_with_a_json_rpc_error(server):
     assert response.json()["error"]["code"] == -32601
 
 
-# Requests to the operations that run whole on a database thread (GetTask, ListTasks, the
-# push configs: operations.in_one_trip), each with a fault the binding finds before that trip.
+# Requests to the operations that look their agent up in their own first trip to a database
+# thread (operations.takes_pending_call), each with a fault the binding finds before that trip.
 EARLY_FAULTS = [
     pytest.param("GetTask", {"id": "t", "historyLength": "many"}, {}, -32602, id="bad-params"),
     pytest.param("ListTasks", {"pageSize": 0}, {}, -32602, id="refused-params"),
     pytest.param("GetTask", {"id": "t"}, {"A2A-Version": "0.3"}, -32009, id="old-version"),
+    pytest.param("SendMessage", {"message": {"parts": "hi"}}, {}, -32602, id="send-bad-params"),
+    pytest.param("SendStreamingMessage", {"message": 7}, {}, -32602, id="stream-bad-params"),
 ]
 
 

@@ -3,7 +3,10 @@
 The JSON-RPC binding (jsonrpc.py), HTTP+JSON (rest.py) and the older dialects
 (legacy/) each find the agent, check the A2A version, accept a JSON body and
 resolve the caller through these; each then frames the answer (and a refusal:
-401 or 403 with a Bearer challenge) in its own wire format.
+401 or 403 with a Bearer challenge) in its own wire format. For the operations
+that take one, JSON-RPC and REST hand over a PendingCall instead: the agent
+lookup and the caller's checks then run in the operation's own first trip to a
+database thread.
 """
 
 import re
@@ -138,7 +141,7 @@ async def parse_before_trip(request, tenant_slug: str, agent_slug: str, parse):
 
 @dataclass(frozen=True)
 class PendingCall:
-    """The Call of a request whose agent is not looked up yet (operations.resolved()).
+    """The Call of a request whose agent is not looked up yet (operations.takes_pending_call).
 
     What find_agent and call_for do, left to the operation's first trip to a
     database thread: one hand-off per request instead of two or three.

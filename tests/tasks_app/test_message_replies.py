@@ -24,14 +24,19 @@ from tests.tasks_app.test_message_ids import BINDINGS, sdk_client
 HEADERS = {"A2A-Version": "1.0"}
 
 
-@pytest.fixture
-def replier(stored) -> str:
+def _demo_agent(handler: str) -> str:
+    """An agent of the demo tenant with a test handler (tests/handlers.py), at the handler's name."""
     Agent.objects.get_or_create(
         tenant=Tenant.objects.get(slug="demo"),
-        slug="replier",
-        defaults={"name": "Replier", "handler": "replier"},
+        slug=handler,
+        defaults={"name": handler.title(), "handler": handler},
     )
-    return "replier"
+    return handler
+
+
+@pytest.fixture
+def replier(stored) -> str:
+    return _demo_agent("replier")
 
 
 def _exchange(context_id: str) -> Task:
@@ -111,12 +116,7 @@ def test_the_built_in_handlers_that_always_make_a_task_say_so():
 
 @pytest.fixture
 def gated(stored) -> str:
-    Agent.objects.get_or_create(
-        tenant=Tenant.objects.get(slug="demo"),
-        slug="gated",
-        defaults={"name": "Gated", "handler": "gated"},
-    )
-    return "gated"
+    return _demo_agent("gated")
 
 
 @pytest.mark.parametrize("path", ["", "rest/message:stream"], ids=["jsonrpc", "rest"])

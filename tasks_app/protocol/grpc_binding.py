@@ -30,6 +30,7 @@ from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT
 from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
+from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import StoreUnavailable, grpc_status
 from tasks_app.protocol.http import (
     CALLER_REFUSED,
@@ -112,7 +113,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     def __init__(self, base_url: str):
         self.base_url = base_url
 
-    async def _call(self, method: str, request, context) -> operations.Call:
+    async def _call(self, method: str, request, context) -> Call:
         """The preamble: checked request, agent, version, caller. Sets request.tenant to the tenant's slug."""
         validate_proto_required_fields(request)
         check_request(request)
@@ -138,9 +139,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
         await quota_admit(caller, method, _peer_address(context))
         key = metadata.get("idempotency-key", "") if method in SEND_METHODS else ""
-        return operations.Call(
-            caller=caller, base_url=self.base_url, idempotency_key=idempotency_key_value(key)
-        )
+        return Call(caller=caller, base_url=self.base_url, idempotency_key=idempotency_key_value(key))
 
     async def _unary(self, method: str, request, context):
         started = time.perf_counter()

@@ -22,7 +22,7 @@ from agents.models import Agent
 from tasks_app.access import Caller
 from tasks_app.db import db
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
-from tasks_app.protocol.operations import Call
+from tasks_app.protocol.call import Call
 from tasks_app.protocol.sse import last_event_id
 from tasks_app.quotas import quota_admit, quota_check
 

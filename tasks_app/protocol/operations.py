@@ -1,6 +1,6 @@
 """A2A 1.0 operations, shared by every binding.
 
-Each takes the resolved Call and the parsed request proto. Unary operations
+Each takes the Call (protocol/call.py) and the parsed request proto. Unary operations
 return the result as ProtoJSON; streaming ones return an async iterator of
 (seq, StreamResponse dict) after all validation is done, so errors found before
 the first event still go back as a plain error response.
@@ -9,35 +9,24 @@ the first event still go back as a plain error response.
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 from agents.cards import card_dict
-from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.access import get_task_for_caller
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT, Feed, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.auth import check_tenant
+from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
 from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, send_answer, task_list, with_history_length
 from tasks_app.services import SendOutcome, message_send, task_cancel, task_get
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Call:
-    caller: Caller
-    # From the SSE Last-Event-ID header: resume the task's log after this seq.
-    last_event_id: int | None = None
-    # Scheme, host and port for URLs in answers (the extended card).
-    base_url: str = ""
-    # From the Idempotency-Key header of a SendMessage: makes its retries safe.
-    idempotency_key: str = ""
 
 
 def _history_length(request) -> int | None:
@@ -47,34 +36,6 @@ def _history_length(request) -> int | None:
     if holder.history_length < 0:
         raise InvalidParamsError(message="historyLength must not be negative")
     return holder.history_length
-
-
-def takes_pending_call(operation):
-    """Mark an operation that resolves its call in its first trip to a database thread.
-
-    The JSON-RPC and REST bindings then give it a PendingCall (http.py) instead
-    of looking the agent up and resolving the caller first: one hand-off to a
-    database thread per request fewer. The operation calls its resolve() there
-    (a Call, from the gRPC binding or a dialect, is used as it is). On GetTask at c=1 the extra hand-off
-    was 0.4-0.5 ms of 5 (bench/README.md).
-    """
-    operation.takes_pending_call = True
-    return operation
-
-
-def in_one_trip(work):
-    """The operation whose whole work is `work(call, request)`, run on a database thread."""
-
-    @takes_pending_call
-    async def operation(call, request) -> dict:
-        return await db(_resolved_then, work, call, request)
-
-    operation.__name__ = operation.__qualname__ = work.__name__
-    return operation
-
-
-def _resolved_then(work, call, request):
-    return work(call if isinstance(call, Call) else call.resolve(), request)
 
 
 @takes_pending_call

@@ -7,7 +7,7 @@ dict, errors as a2a-sdk exceptions. Bindings dispatch by these method names.
 from a2a.types import a2a_pb2 as pb
 
 from tasks_app.protocol.auth import check_tenant
-from tasks_app.protocol.operations import in_one_trip
+from tasks_app.protocol.call import in_one_trip
 from tasks_app.push import push_config_create, push_config_delete, push_config_get, push_config_list
 
 

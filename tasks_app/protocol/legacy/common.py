@@ -23,9 +23,9 @@ from tasks_app.events import HEARTBEAT
 from tasks_app.metrics import error_outcome
 from tasks_app.models import Artifact, DraftTaskAlias, Task
 from tasks_app.protocol import operations
+from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
 from tasks_app.protocol.http import call_for
-from tasks_app.protocol.operations import Call
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import check_request, check_text, parse_dict
 

@@ -113,8 +113,11 @@ def message_send(
             task = _task_to_continue(caller, message)
         else:
             reply = Task.Reply.TASK
-            may_answer_with_message = not answers_with_task(caller.agent.handler)
-            if reply_as_message and may_answer_with_message and not request.configuration.return_immediately:
+            if (
+                reply_as_message
+                and not request.configuration.return_immediately
+                and not answers_with_task(caller.agent.handler)
+            ):
                 reply = Task.Reply.OPEN
             task = _new_task(caller, message, reply, task_pk)
         if idempotency_key:

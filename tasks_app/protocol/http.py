@@ -121,22 +121,36 @@ class CallerRefused(Exception):
         self.reason = reason
 
 
-async def parse_before_trip(request, tenant_slug: str, agent_slug: str, parse):
-    """The request proto `parse()` gives, for an operation that takes a PendingCall.
+async def call_and_params(request, tenant_slug: str, agent_slug: str, method: str, operation, parse):
+    """The call and the request proto (`parse()`) for the 1.0 operation `method`.
 
-    The bindings' order of checks is: no agent first, then the version and
-    the request, then the caller, its quotas and the operation. The version
-    and the parse need no database, so they run here, before the operation's
-    trip to a database thread looks the agent up; when either fails, the
-    agent is looked up after all, so that "no agent" still comes first.
+    In the bindings' order of checks: no agent first, then the version and the
+    request, then the caller and its quotas. An operation marked
+    takes_pending_call gets a PendingCall: its own first trip to a database
+    thread looks the agent up and resolves the caller, one hand-off fewer. The
+    version and the parse need no database, so they run before that trip;
+    when either fails the agent is looked up after all, so that "no agent"
+    still comes first. Raises NoAgent and CallerRefused, which the binding
+    answers.
     """
+    if getattr(operation, "takes_pending_call", False):
+        try:
+            check_version_1(request)
+            params = parse()
+        except (A2AError, RequestDataTooBig):
+            if await find_agent(tenant_slug, agent_slug) is None:
+                raise NoAgent() from None
+            raise
+        return PendingCall(request, tenant_slug, agent_slug, method), params
+    agent = await find_agent(tenant_slug, agent_slug)
+    if agent is None:
+        raise NoAgent()
+    check_version_1(request)
+    params = parse()
     try:
-        check_version_1(request)
-        return parse()
-    except (A2AError, RequestDataTooBig):
-        if await find_agent(tenant_slug, agent_slug) is None:
-            raise NoAgent() from None
-        raise
+        return await call_for(request, agent, method), params
+    except CALLER_REFUSED as exc:
+        raise CallerRefused(agent, exc) from None
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,11 @@ from tasks_app.protocol.errors import (
     unavailable_headers,
 )
 from tasks_app.protocol.http import (
-    CALLER_REFUSED,
     CallerRefused,
     NoAgent,
-    PendingCall,
-    call_for,
-    check_version_1,
+    call_and_params,
     find_agent,
     is_json_content_type,
-    parse_before_trip,
     payload_too_large_message,
     refusal,
 )
@@ -111,28 +107,22 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             raise envelope_error
         name_method(request, body["method"], KNOWN_METHODS)
         method = operations.METHODS.get(body["method"])
-        if method is not None and getattr(method[1], "takes_pending_call", False):
-            # The agent is looked up in the operation's first trip to a database thread.
-            request_type, operation, streaming = method
-            params = await parse_before_trip(
-                request, tenant, agent, lambda: parse_params(body.get("params"), request_type)
-            )
-            call = PendingCall(request, tenant, agent, body["method"])
-        else:
+        if method is None:
             found = await find_agent(tenant, agent)
             if found is None:
                 raise NoAgent()
             if body["method"] in legacy.LEGACY_METHODS:
                 return await legacy.dispatch(request, body, found, request_id)
-            if method is None:
-                raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
-            request_type, operation, streaming = method
-            check_version_1(request)
-            params = parse_params(body.get("params"), request_type)
-            try:
-                call = await call_for(request, found, body["method"])
-            except CALLER_REFUSED as exc:
-                raise CallerRefused(found, exc) from None
+            raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
+        request_type, operation, streaming = method
+        call, params = await call_and_params(
+            request,
+            tenant,
+            agent,
+            body["method"],
+            operation,
+            lambda: parse_params(body.get("params"), request_type),
+        )
         if streaming:
             events = await operation(call, params)
             return sse_response(

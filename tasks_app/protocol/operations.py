@@ -46,8 +46,6 @@ async def send_message(call, request: pb.SendMessageRequest, *, send=message_sen
     group before storing it: no event of the task can come before the
     subscription, so the wait needs no look at the store first.
     """
-    if isinstance(call, Call):
-        _send_checks(call, request)
     blocking = not request.configuration.return_immediately
     new_task = uuid.uuid4() if blocking and not request.message.task_id else None
     feed = None
@@ -95,9 +93,8 @@ async def _accept(
 ) -> tuple[Call, SendOutcome]:
     """Store the message (one transaction): the Call, resolved, and the outcome.
 
-    `checks(call, request)` runs first when the call is a PendingCall (the
-    caller of a Call ran it already). A database that cannot be reached
-    stored nothing: 503.
+    `checks(call, request)` runs first, once the caller is known. A database
+    that cannot be reached stored nothing: 503.
     """
     try:
         return await db(_resolved_send, send, call, request, checks, **options)
@@ -107,17 +104,14 @@ async def _accept(
 
 
 def _resolved_send(send, call, request: pb.SendMessageRequest, checks, **options) -> tuple[Call, SendOutcome]:
-    if not isinstance(call, Call):
-        call = call.resolve()
-        checks(call, request)
+    call = call.resolve()
+    checks(call, request)
     return call, send(call.caller, request, idempotency_key=call.idempotency_key, **options)
 
 
 @takes_pending_call
 async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=message_send) -> AsyncIterator:
     """SendStreamingMessage; `send` as for send_message."""
-    if isinstance(call, Call):
-        check_tenant(call, request)
     call, outcome = await _accept(send, call, request, checks=check_tenant)
     # Accepted: from here on the stream is the answer, as for send_message.
     if call.last_event_id is not None:

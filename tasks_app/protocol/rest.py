@@ -29,15 +29,10 @@ from tasks_app.protocol.errors import (
     unavailable_headers,
 )
 from tasks_app.protocol.http import (
-    CALLER_REFUSED,
     CallerRefused,
     NoAgent,
-    PendingCall,
-    call_for,
-    check_version_1,
-    find_agent,
+    call_and_params,
     is_json_content_type,
-    parse_before_trip,
     payload_too_large_message,
     refusal,
 )
@@ -193,20 +188,7 @@ async def _answer(request, tenant: str, agent: str, rest: str):
             return error_response(MethodNotFoundError(message=f"No A2A operation at '{rest}'"))
         request_type, operation, streaming = operations.METHODS[method_name]
         parse = functools.partial(_parse, request, request_type, path_params)
-        if getattr(operation, "takes_pending_call", False):
-            # The agent is looked up in the operation's first trip to a database thread.
-            params = await parse_before_trip(request, tenant, agent, parse)
-            call = PendingCall(request, tenant, agent, method_name)
-        else:
-            found = await find_agent(tenant, agent)
-            if found is None:
-                raise NoAgent()
-            check_version_1(request)
-            params = parse()
-            try:
-                call = await call_for(request, found, method_name)
-            except CALLER_REFUSED as exc:
-                raise CallerRefused(found, exc) from None
+        call, params = await call_and_params(request, tenant, agent, method_name, operation, parse)
         if streaming:
             return sse_response(await operation(call, params), lambda payload: payload)
         return JsonResponse(await operation(call, params))

@@ -28,7 +28,6 @@ DEFAULT_HISTORY_LENGTH = 100
 # converting columns nobody reads.
 HISTORY_FIELDS = (
     "id",
-    "task_id",
     "message_id",
     "role",
     "parts",
@@ -82,7 +81,10 @@ def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool
             [task_id, history_length + 1],
         )
         # Only rendered: records, not Message instances.
-        messages = [sql.record(Message, row, names=HISTORY_FIELDS) for row in reversed(rows)]
+        messages = sql.records(Message, reversed(rows), names=HISTORY_FIELDS)
+        for message in messages:
+            # Every one is the task's: its id is not read back (nor converted) per row.
+            message.task_id = task.pk
     artifacts = []
     if include_artifacts:
         rows = sql.fetch_all(

@@ -19,10 +19,11 @@ unless told), so the server no longer parses and plans it either.
 """
 
 import functools
+import json
 from types import SimpleNamespace
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model
+from django.db.models import JSONField, Model
 
 
 def _connection():
@@ -67,9 +68,30 @@ def _converters(
     for index, field in enumerate(_fields(model, names)):
         col = field.get_col(model._meta.db_table)
         converters = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+        if isinstance(field, JSONField) and field.decoder is None:
+            converters = [_json_value if c == field.from_db_value else c for c in converters]
         if converters:
             found.append((index, col, converters))
     return found
+
+
+def _json_value(value, expression, connection):
+    """JSONField.from_db_value (a plain column, no decoder), reading {} and [] without json.loads.
+
+    Most of a message's JSON columns (metadata, extensions, referenceTaskIds)
+    hold {} or []: three of the four json.loads calls of each history message.
+    Both databases spell them so (jsonb's text output, and json.dumps on SQLite).
+    """
+    if value is None:
+        return None
+    if value == "{}":
+        return {}
+    if value == "[]":
+        return []
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
 
 
 @functools.cache
@@ -77,14 +99,25 @@ def _pk_index(model: type[Model], names: tuple[str, ...] | None) -> int:
     return _fields(model, names).index(model._meta.pk)
 
 
+@functools.cache
+def _reading(model: type[Model], names: tuple[str, ...] | None, vendor: str) -> tuple:
+    """(width, primary key index, _converters): what reading the columns needs, looked up once per page."""
+    return width(model, names), _pk_index(model, names), _converters(model, names, vendor)
+
+
 def _values(connection, model: type[Model], row, start: int, names) -> list | None:
     """The field values at row[start:], converted as the ORM converts them (None: a NULL primary key)."""
-    values = list(row[start : start + width(model, names)])
-    if values[_pk_index(model, names)] is None:
+    return _converted(connection, _reading(model, names, connection.vendor), row, start)
+
+
+def _converted(connection, reading: tuple, row, start: int) -> list | None:
+    size, pk_index, converters = reading
+    values = list(row[start : start + size])
+    if values[pk_index] is None:
         return None  # an outer join that found no row
-    for index, col, converters in _converters(model, names, connection.vendor):
+    for index, col, column_converters in converters:
         value = values[index]
-        for converter in converters:
+        for converter in column_converters:
             value = converter(value, col, connection)
         values[index] = value
     return values
@@ -118,11 +151,24 @@ def record(model: type[Model], row, start: int = 0, names: tuple[str, ...] | Non
     __init__, the init signals, from_db) was a third of the CPU of a GetTask
     that shows a hundred history messages. The values are the instance's.
     """
-    values = _values(_connection(), model, row, start, names)
-    if values is None:
-        return None
-    found = SimpleNamespace(**dict(zip(_attnames(model, names), values, strict=True)))
-    found.pk = values[_pk_index(model, names)]
+    return records(model, [row[start:]], names)[0]
+
+
+def records(model: type[Model], rows, names: tuple[str, ...] | None = None) -> list:
+    """record() of each row (a page of history), with what reading them needs looked up once, not per row."""
+    connection = _connection()
+    reading = _reading(model, names, connection.vendor)
+    attnames = _attnames(model, names)
+    pk_index = reading[1]
+    found = []
+    for row in rows:
+        values = _converted(connection, reading, row, 0)
+        if values is None:
+            found.append(None)
+            continue
+        one = SimpleNamespace(**dict(zip(attnames, values, strict=True)))
+        one.pk = values[pk_index]
+        found.append(one)
     return found
 
 

@@ -13,22 +13,17 @@ from tenants.models import Tenant
 def get_enabled_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
     """The agent served at /a2a/<tenant>/<agent>/, with its tenant, or None if it is missing or disabled."""
     # Every A2A request starts here: one hand-written statement (tenants/sql.py).
-    row = sql.fetch_one(*enabled_agent_read(tenant_slug, agent_slug))
-    if row is None:
-        return None
-    agent, tenant = sql.hydrate_all(row, Agent, Tenant)
-    agent.tenant = tenant
-    return agent
-
-
-def enabled_agent_read(tenant_slug: str, agent_slug: str) -> tuple[str, list]:
-    """The statement (SQL, parameters) get_enabled_agent runs: for sql.reading_ahead."""
-    return (
+    row = sql.fetch_one(
         f"SELECT {sql.columns(Agent, 'a')}, {sql.columns(Tenant, 't')} "
         f"FROM {sql.table(Agent)} a JOIN {sql.table(Tenant)} t ON t.id = a.tenant_id "
         "WHERE t.slug = %s AND a.slug = %s AND a.enabled = %s",
         [tenant_slug, agent_slug, True],
     )
+    if row is None:
+        return None
+    agent, tenant = sql.hydrate_all(row, Agent, Tenant)
+    agent.tenant = tenant
+    return agent
 
 
 def get_agent_for_tenant(tenant: Tenant, slug: str) -> Agent | None:

@@ -67,45 +67,19 @@ def reply_dict(task: Task) -> dict:
     return reply
 
 
-def _history_read(task_pk, history_length: int) -> tuple[str, list]:
-    # One more than asked: the status message is left out of the history.
-    return (
-        f"SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)} FROM {sql.table(Message)} m "
-        "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
-        [sql.prep(Message, "task", task_pk), history_length + 1],
-    )
-
-
-def _artifacts_read(task_pk) -> tuple[str, list]:
-    return (
-        f"SELECT {sql.columns(Artifact, 'a')} FROM {sql.table(Artifact)} a WHERE a.task_id = %s "
-        "ORDER BY a.created_at, a.id",
-        [sql.prep(Artifact, "task", task_pk)],
-    )
-
-
-def snapshot_reads(task_id: str, history_length: int | None) -> list[tuple[str, list]]:
-    """What a snapshot of task `task_id` reads besides the task's own row: for sql.reading_ahead.
-
-    Keyed by the id alone (not by who asks): read ahead, their rows are only
-    used once the task itself was found for its caller.
-    """
-    task_pk = parse_task_uuid(task_id)
-    if task_pk is None or (history_length is not None and history_length < 0):
-        return []
-    if history_length is None:
-        history_length = DEFAULT_HISTORY_LENGTH
-    reads = [_history_read(task_pk, history_length)] if history_length != 0 else []
-    return [*reads, _artifacts_read(task_pk)]
-
-
 def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
     # Hand-written SQL (tenants/sql.py): every GetTask and most answers read these.
+    task_id = sql.prep(Message, "task", task.pk)
     messages = []
     if history_length != 0:
-        rows = sql.fetch_all(*_history_read(task.pk, history_length))
+        # One more than asked: the status message is left out of the history.
+        rows = sql.fetch_all(
+            f"SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)} FROM {sql.table(Message)} m "
+            "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
+            [task_id, history_length + 1],
+        )
         # Only rendered: records, not Message instances.
         messages = sql.records(Message, reversed(rows), names=HISTORY_FIELDS)
         for message in messages:
@@ -113,7 +87,12 @@ def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool
             message.task_id = task.pk
     artifacts = []
     if include_artifacts:
-        artifacts = [sql.hydrate(Artifact, row) for row in sql.fetch_all(*_artifacts_read(task.pk))]
+        rows = sql.fetch_all(
+            f"SELECT {sql.columns(Artifact, 'a')} FROM {sql.table(Artifact)} a WHERE a.task_id = %s "
+            "ORDER BY a.created_at, a.id",
+            [task_id],
+        )
+        artifacts = [sql.hydrate(Artifact, row) for row in rows]
     return task_dict(task, messages=messages, artifacts=artifacts, history_length=history_length)
 
 

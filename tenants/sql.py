@@ -18,10 +18,8 @@ has run DB_PREPARE_THRESHOLD times (settings.py: Django turns preparing off
 unless told), so the server no longer parses and plans it either.
 """
 
-import contextlib
 import functools
 import json
-import threading
 from types import SimpleNamespace
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -205,67 +203,13 @@ def _cursor(connection):
         return connection._prepare_cursor(raw)
 
 
-# Per thread: the rows reading_ahead() read, by (SQL, parameters), until fetched.
-_ahead = threading.local()
-
-
-@contextlib.contextmanager
-def reading_ahead(statements: list[tuple[str, list]]):
-    """Run the read `statements` (SQL, parameters) now, in one round trip on PostgreSQL.
-
-    Inside the block, fetch_one() or fetch_all() of one of them (the same SQL and
-    parameters) takes the rows read here instead of asking the database again;
-    any other statement runs as usual. On PostgreSQL the statements go out
-    together in pipeline mode: one round trip for all of them, where each would
-    cost one of its own. Each runs as it would alone (in autocommit, outside a
-    transaction: none is read ahead inside one). Rows nobody fetched are
-    dropped at the end of the block, so a read ahead of a check (the task's
-    rows before its caller is known) shows nothing the check then refuses.
-    On SQLite (in-process, no round trips) nothing is read ahead.
-    """
-    connection = _connection()
-    if not statements or connection.vendor != "postgresql" or connection.in_atomic_block:
-        yield
-        return
-    # Opened (and health-checked) before the pipeline starts.
-    cursors = [_cursor(connection) for _ in statements]
-    try:
-        with connection.wrap_database_errors:
-            with connection.connection.pipeline():
-                for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                    cursor.execute(sql, params)
-            # Leaving the pipeline sent them and read every result.
-            _ahead.rows = {
-                (sql, tuple(params)): cursor.fetchall()
-                for cursor, (sql, params) in zip(cursors, statements, strict=True)
-            }
-    finally:
-        for cursor in cursors:
-            cursor.close()
-    try:
-        yield
-    finally:
-        _ahead.rows = None
-
-
-def _read_ahead(sql: str, params) -> list[tuple] | None:
-    rows = getattr(_ahead, "rows", None)
-    return rows.pop((sql, tuple(params)), None) if rows else None
-
-
 def fetch_one(sql: str, params) -> tuple | None:
-    rows = _read_ahead(sql, params)
-    if rows is not None:
-        return rows[0] if rows else None
     with _cursor(_connection()) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
 
 def fetch_all(sql: str, params) -> list[tuple]:
-    rows = _read_ahead(sql, params)
-    if rows is not None:
-        return rows
     with _cursor(_connection()) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

@@ -24,10 +24,6 @@ class Call:
         """Already resolved: itself (a PendingCall's resolve() looks its agent up)."""
         return self
 
-    def reads(self) -> list:
-        """What resolve() reads from the database (none): for sql.reading_ahead, as PendingCall.reads()."""
-        return []
-
 
 def takes_pending_call(operation):
     """Mark an operation that resolves its call in its first trip to a database thread.

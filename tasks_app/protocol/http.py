@@ -16,7 +16,7 @@ from a2a.utils.errors import A2AError, InvalidParamsError, InvalidRequestError, 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 
-from agents.access import enabled_agent_read, get_enabled_agent
+from agents.access import get_enabled_agent
 from agents.cards import public_base_url, requested_version
 from agents.models import Agent
 from tasks_app.access import Caller
@@ -166,10 +166,6 @@ class PendingCall:
     tenant_slug: str
     agent_slug: str
     method: str
-
-    def reads(self) -> list[tuple[str, list]]:
-        """What resolve() reads first (the agent's row): an operation may read it ahead with its own."""
-        return [enabled_agent_read(self.tenant_slug, self.agent_slug)]
 
     def resolve(self) -> Call:
         """The Call. Runs on a database thread."""

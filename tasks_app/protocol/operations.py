@@ -23,15 +23,8 @@ from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
-from tasks_app.selectors import (
-    DEFAULT_HISTORY_LENGTH,
-    send_answer,
-    snapshot_reads,
-    task_list,
-    with_history_length,
-)
+from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, send_answer, task_list, with_history_length
 from tasks_app.services import SendOutcome, message_send, task_cancel, task_get
-from tenants import sql
 
 logger = logging.getLogger(__name__)
 
@@ -143,20 +136,10 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
     return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
 
 
-@takes_pending_call
-async def get_task(call, request: pb.GetTaskRequest) -> dict:
-    return await db(_get_task, call, request)
-
-
-def _get_task(call, request: pb.GetTaskRequest) -> dict:
-    # On PostgreSQL, one round trip reads the agent's row (a PendingCall's), the task's
-    # history page and its artifacts; then the task's own row, for its caller. Four
-    # statements, two round trips. Nothing read ahead is shown unless that row is found.
-    reads = snapshot_reads(request.id, request.history_length if request.HasField("history_length") else None)
-    with sql.reading_ahead([*call.reads(), *reads]):
-        call = call.resolve()
-        check_tenant(call, request)
-        return task_get(call.caller, request.id, history_length=_history_length(request))
+@in_one_trip
+def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
+    check_tenant(call, request)
+    return task_get(call.caller, request.id, history_length=_history_length(request))
 
 
 @in_one_trip

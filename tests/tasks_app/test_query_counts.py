@@ -7,15 +7,12 @@ transaction per step (accept; claim; prepare; one per batch of events).
 """
 
 import asyncio
-import tempfile
 import uuid
 
 import pytest
 from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotFoundError
 from django.db import connection, transaction
-from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -23,14 +20,9 @@ from agents.models import Agent
 from agents.registry import build_executor
 from tasks_app.access import Caller
 from tasks_app.events import _state_and_events_after
-from tasks_app.models import Artifact, Context, Message, Task, TaskState
-from tasks_app.protocol import operations
-from tasks_app.protocol.call import Call
-from tasks_app.protocol.http import PendingCall
-from tasks_app.selectors import snapshot_reads
+from tasks_app.models import Message
 from tasks_app.services import message_send, task_get
 from tasks_app.turns import _prepare, events_store, turn_claim
-from tenants import sql
 
 # Context, task, message and the first log entry (a messageId is not looked up: repeats are new messages).
 SEND_MAX = 4
@@ -235,119 +227,3 @@ def test_a_look_at_the_log_is_one_statement(stored):
         assert _state_and_events_after(uuid.uuid4(), 0) == (None, [])
 
     _in_rollback(work)
-
-
-@pytest.fixture
-def committed_task(stored):
-    """A COMPLETED echo task of a caller of its own (two messages, an artifact), committed, deleted after."""
-    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
-    owner = f"client:ahead-{uuid.uuid4()}"
-    context = Context.objects.create(tenant=agent.tenant, owner=owner, context_id=str(uuid.uuid4()))
-    task = Task.objects.create(
-        tenant=agent.tenant,
-        agent=agent,
-        context=context,
-        owner=owner,
-        state=TaskState.COMPLETED,
-        status_timestamp=timezone.now(),
-    )
-    for role in (Message.Role.USER, Message.Role.AGENT):
-        Message.objects.create(
-            tenant=agent.tenant,
-            task=task,
-            context=context,
-            message_id=f"ahead-{uuid.uuid4()}",
-            role=role,
-            parts=[{"text": role}],
-        )
-    Artifact.objects.create(task=task, artifact_id="ahead", parts=[{"text": "made"}])
-    yield Caller(tenant=agent.tenant, agent=agent, principal=owner), task
-    task.delete()
-    context.delete()
-
-
-def _anonymous_get_task() -> PendingCall:
-    """What the JSON-RPC binding hands GetTask for a request without credentials to the public echo agent."""
-    request = RequestFactory().post("/a2a/demo/echo/", data=b"{}", content_type="application/json")
-    return PendingCall(request, "demo", "echo", "GetTask")
-
-
-def _frontend_syncs(work) -> tuple[object, int]:
-    """work()'s result and the number of Sync messages this connection sent: its round trips (libpq trace)."""
-    from psycopg import pq
-
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    with tempfile.TemporaryFile("w+") as trace:
-        pgconn.trace(trace.fileno())
-        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            result = work()
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        lines = trace.read().splitlines()
-    return result, sum(
-        1 for line in lines if line.split("\t")[:1] == ["F"] and line.split("\t")[2:3] == ["Sync"]
-    )
-
-
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="round trips: PostgreSQL (SQLite is in-process)"
-)
-def test_get_task_reads_its_four_statements_in_two_round_trips(committed_task):
-    caller, task = committed_task
-    call = Call(caller=caller)
-    request = pb.GetTaskRequest(id=str(task.pk))
-    with CaptureQueriesContext(connection) as queries:
-        answer, syncs = _frontend_syncs(lambda: operations._get_task(call, request))
-    assert answer["id"] == str(task.pk) and len(answer["history"]) == 2 and len(answer["artifacts"]) == 1
-    # A resolved Call reads no agent: the task's row, history and artifacts; the last two read ahead.
-    assert len(_statements(queries)) == GET_MAX
-    assert syncs == 2
-    # With the agent's row to read too (a PendingCall): still two round trips. (The task is
-    # not the anonymous caller's: what it reads is the same, its answer "not found".)
-    with CaptureQueriesContext(connection) as queries:
-        refused, syncs = _frontend_syncs(lambda: _answer_or_error(_anonymous_get_task(), request))
-    assert isinstance(refused, TaskNotFoundError)
-    assert len(_statements(queries)) == GET_MAX + 1
-    assert syncs == 2
-
-
-def _answer_or_error(call, request):
-    try:
-        return operations._get_task(call, request)
-    except TaskNotFoundError as exc:
-        return exc
-
-
-def test_rows_read_ahead_are_shown_only_to_the_tasks_caller(committed_task):
-    caller, task = committed_task
-    request = pb.GetTaskRequest(id=str(task.pk))
-    # The anonymous caller of the public echo agent: its history and artifacts were read
-    # ahead with the agent's row, but the task is not its own.
-    with pytest.raises(TaskNotFoundError):
-        operations._get_task(_anonymous_get_task(), request)
-    assert operations._get_task(Call(caller=caller), request)["history"][-1]["parts"] == [{"text": "agent"}]
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="nothing is read ahead on SQLite")
-def test_a_read_ahead_serves_one_fetch_in_its_block_and_no_later_one(committed_task):
-    _, task = committed_task
-    statement = snapshot_reads(str(task.pk), None)[0]
-    with sql.reading_ahead([statement]):
-        Message.objects.create(
-            tenant_id=task.tenant_id,
-            task=task,
-            context_id=task.context_id,
-            message_id="ahead-later",
-            role=Message.Role.USER,
-            parts=[{"text": "later"}],
-        )
-        assert len(sql.fetch_all(*statement)) == 2  # as read ahead, before the insert
-        assert len(sql.fetch_all(*statement)) == 3  # taken once: this one asked again
-    assert len(sql.fetch_all(*statement)) == 3
-    with sql.reading_ahead([statement]):
-        pass
-    # Rows read ahead but never fetched are dropped with the block.
-    assert len(sql.fetch_all(*statement)) == 3

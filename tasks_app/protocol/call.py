@@ -28,11 +28,11 @@ class Call:
 def takes_pending_call(operation):
     """Mark an operation that resolves its call in its first trip to a database thread.
 
-    The JSON-RPC and REST bindings then give it a PendingCall (http.py) instead
-    of looking the agent up and resolving the caller first: one hand-off to a
-    database thread per request fewer (on GetTask at c=1, 0.4-0.5 ms of 5:
-    bench/README.md). The operation calls its call's resolve() there, which
-    for a Call (from the gRPC binding or a dialect) is the Call itself.
+    The JSON-RPC, REST and gRPC bindings then give it a PendingCall (http.py,
+    grpc_binding.py) instead of looking the agent up and resolving the caller
+    first: one hand-off to a database thread per request fewer (on GetTask at
+    c=1, 0.4-0.5 ms of 5: bench/README.md). The operation calls its call's
+    resolve() there, which for a Call (from a dialect) is the Call itself.
     """
     operation.takes_pending_call = True
     return operation

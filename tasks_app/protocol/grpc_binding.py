@@ -3,8 +3,9 @@
 The request's `tenant` field addresses the agent as "<tenant>/<agent>" (the card's
 GRPC interface carries exactly that, agents.cards.grpc_tenant); the bearer token
 travels in the `authorization` metadata and the A2A version in `a2a-version`.
-Each rpc runs the preamble the HTTP bindings run (agent, version, caller) and the
-same operation (operations.py), and turns its ProtoJSON answer back into the
+Each rpc runs the preamble the HTTP bindings run (agent, version, caller, quotas:
+PendingCall, in the operation's first trip to a database thread) and the same
+operation (operations.py), and turns its ProtoJSON answer back into the
 proto. Errors are a google.rpc.Status with an ErrorInfo detail in the
 `grpc-status-details-bin` trailer, with the status codes the spec maps them to.
 """
@@ -12,6 +13,7 @@ proto. Errors are a google.rpc.Status with an ErrorInfo detail in the
 import logging
 import re
 import time
+from dataclasses import dataclass
 
 import grpc
 from a2a.types import a2a_pb2 as pb
@@ -24,6 +26,7 @@ from google.protobuf import empty_pb2
 from google.protobuf.json_format import ParseDict
 from google.rpc import code_pb2, status_pb2
 
+from agents.access import get_enabled_agent
 from agents.cards import agent_url
 from tasks_app import metrics
 from tasks_app.db import UNAVAILABLE_ERRORS, db
@@ -32,15 +35,9 @@ from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
 from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import StoreUnavailable, grpc_status
-from tasks_app.protocol.http import (
-    CALLER_REFUSED,
-    SEND_METHODS,
-    check_version_value_1,
-    find_agent,
-    idempotency_key_value,
-)
+from tasks_app.protocol.http import CALLER_REFUSED, SEND_METHODS, check_version_value_1, idempotency_key_value
 from tasks_app.protocol.validation import check_request
-from tasks_app.quotas import quota_admit
+from tasks_app.quotas import quota_check
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +100,42 @@ class Refused(Exception):
         self.trailer = (("www-authenticate", challenge),)
 
 
+@dataclass(frozen=True)
+class PendingCall:
+    """A gRPC request's Call, before its agent is looked up: the gRPC twin of http.PendingCall.
+
+    resolve() runs on a database thread, in the operation's first trip there
+    (or in a trip of its own for an operation that needs a resolved Call), in
+    the order every binding checks: the agent (no agent tells nothing), the
+    A2A version, the caller (UNAUTHENTICATED, PERMISSION_DENIED), its quotas.
+    """
+
+    tenant: str  # as the request sent it
+    tenant_slug: str
+    agent_slug: str
+    method: str
+    version: str
+    authorization: str
+    peer: str
+    idempotency_key: str
+    base_url: str
+
+    def resolve(self) -> Call:
+        agent = get_enabled_agent(self.tenant_slug, self.agent_slug)
+        if agent is None:
+            # Missing, disabled, or another tenant's: the same answer, which tells nothing.
+            raise MethodNotFoundError(message=f"No agent at tenant '{self.tenant}'")
+        check_version_value_1(self.version)
+        uri = agent_url(agent, self.base_url)
+        try:
+            caller = authorization_caller(self.authorization, agent, self.method, uri=uri)
+        except CALLER_REFUSED as exc:
+            raise Refused(exc, agent) from None
+        # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
+        quota_check(caller, self.method, self.peer)
+        return Call(caller=caller, base_url=self.base_url, idempotency_key=self.idempotency_key)
+
+
 class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     """The A2AService of the generated stubs, on the platform's operations.
 
@@ -113,33 +146,35 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     def __init__(self, base_url: str):
         self.base_url = base_url
 
-    async def _call(self, method: str, request, context) -> Call:
-        """The preamble: checked request, agent, version, caller. Sets request.tenant to the tenant's slug."""
+    async def _call(self, method: str, request, context):
+        """The preamble: the checked request, then the Call (agent, version, caller, quotas).
+
+        Sets request.tenant to the tenant's slug. An operation marked
+        takes_pending_call gets a PendingCall, which it resolves in its own
+        first trip to a database thread; any other gets the resolved Call.
+        """
         validate_proto_required_fields(request)
         check_request(request)
         tenant_slug, agent_slug = _address(request.tenant)
-        agent = await find_agent(tenant_slug, agent_slug)
-        if agent is None:
-            # Missing, disabled, or another tenant's: the same answer, which tells nothing.
-            raise MethodNotFoundError(message=f"No agent at tenant '{request.tenant}'")
         metadata = _metadata(context)
-        check_version_value_1(metadata.get("a2a-version", "").strip())
+        key = metadata.get("idempotency-key", "") if method in SEND_METHODS else ""
+        pending = PendingCall(
+            tenant=request.tenant,
+            tenant_slug=tenant_slug,
+            agent_slug=agent_slug,
+            method=method,
+            version=metadata.get("a2a-version", "").strip(),
+            authorization=metadata.get("authorization", ""),
+            peer=_peer_address(context),
+            idempotency_key=idempotency_key_value(key),
+            base_url=self.base_url,
+        )
         # The operations check `tenant` against the caller's tenant, as on the HTTP bindings.
         request.tenant = tenant_slug
-        authorization = metadata.get("authorization", "")
-        uri = agent_url(agent, self.base_url)
-        try:
-            if authorization:
-                caller = await db(authorization_caller, authorization, agent, method, uri=uri)
-            else:
-                # No token: nothing to look up, so no trip to a database thread.
-                caller = authorization_caller("", agent, method, uri=uri)
-        except CALLER_REFUSED as exc:
-            raise Refused(exc, agent) from None
-        # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
-        await quota_admit(caller, method, _peer_address(context))
-        key = metadata.get("idempotency-key", "") if method in SEND_METHODS else ""
-        return Call(caller=caller, base_url=self.base_url, idempotency_key=idempotency_key_value(key))
+        _request_type, operation, _streaming = operations.METHODS[method]
+        if getattr(operation, "takes_pending_call", False):
+            return pending
+        return await db(pending.resolve)
 
     async def _unary(self, method: str, request, context):
         started = time.perf_counter()

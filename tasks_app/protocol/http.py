@@ -4,9 +4,9 @@ The JSON-RPC binding (jsonrpc.py), HTTP+JSON (rest.py) and the older dialects
 (legacy/) each find the agent, check the A2A version, accept a JSON body and
 resolve the caller through these; each then frames the answer (and a refusal:
 401 or 403 with a Bearer challenge) in its own wire format. For the operations
-that take one, JSON-RPC and REST hand over a PendingCall instead: the agent
-lookup and the caller's checks then run in the operation's own first trip to a
-database thread.
+that take one, JSON-RPC and REST hand over a PendingCall instead (gRPC its
+own, grpc_binding.py): the agent lookup and the caller's checks then run in the
+operation's own first trip to a database thread.
 """
 
 import re

@@ -181,6 +181,34 @@ async def test_it_hides_other_tenants_agents_and_tasks(trio, server, tokens):
     assert answers == {("METHOD_NOT_FOUND", "No agent at tenant '<tenant>'")}
 
 
+@pytest.mark.parametrize(
+    "method, request_of",
+    [
+        # Resolved in the operation's own first trip (a PendingCall) ...
+        ("GetTask", lambda tenant: pb.GetTaskRequest(id=str(uuid.uuid4()), tenant=tenant)),
+        (
+            "SendMessage",
+            lambda tenant: pb.SendMessageRequest(message=user_text("order").message, tenant=tenant),
+        ),
+        # ... and before an operation that takes a resolved Call.
+        ("SubscribeToTask", lambda tenant: pb.SubscribeToTaskRequest(id=str(uuid.uuid4()), tenant=tenant)),
+    ],
+)
+async def test_checks_come_in_the_bindings_order_no_agent_then_version_then_caller(
+    trio, server, method, request_of
+):
+    # No agent comes first, even before a missing version.
+    error = await rpc_error(server, method, request_of("nobody/vault"), metadata=[])
+    assert error.code() == grpc.StatusCode.NOT_FOUND and error_info(error).reason == "METHOD_NOT_FOUND"
+    # Then the version, before the caller is judged (no token on an authenticated agent) ...
+    error = await rpc_error(server, method, request_of("acme/vault"), metadata=[])
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(error).reason == "VERSION_NOT_SUPPORTED"
+    # ... which comes before what the operation itself finds (the task is nobody's).
+    error = await rpc_error(server, method, request_of("acme/vault"), metadata=[("a2a-version", "1.0")])
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
 async def test_unknown_task_is_not_found_with_the_task_not_found_reason(server):
     error = await rpc_error(server, "GetTask", pb.GetTaskRequest(id=str(uuid.uuid4()), tenant="demo/echo"))
     assert error.code() == grpc.StatusCode.NOT_FOUND

@@ -1,0 +1,145 @@
+"""Every statement of a task's life reads the rows it needs, not every task of the agent.
+
+On PostgreSQL, whatever the planner knows: the suite's tables are new and, on a
+server with autovacuum off (as CI's is), never analyzed. Without statistics the
+planner once chose the (tenant, agent) index for GetTask's lookup of one task
+and read every task of the agent. Here 300 other tasks of the same tenant,
+agent, caller and context are stored beside the one the flow uses; every
+SELECT and UPDATE the flow ran is explained with ANALYZE (inside the test's
+transaction, rolled back), and no scan of a task table may read more than a
+handful of rows.
+"""
+
+import asyncio
+import uuid
+
+import pytest
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import TaskNotCancelableError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents.registry import build_executor
+from tasks_app.access import get_task_for_caller, get_task_for_tenant
+from tasks_app.events import _state_and_events_after
+from tasks_app.models import Message, Task, TaskEvent, TaskState
+from tasks_app.services import task_cancel, task_get
+from tasks_app.turns import _prepare, events_store, turn_claim
+from tests.tasks_app.test_query_counts import Collecting, _caller, _in_rollback, _send
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="query plans are PostgreSQL's (services mode)"
+)
+
+OTHER_TASKS = 300
+# The task's own rows: a few messages, events and artifacts, never the other tasks'.
+ROWS_READ_MAX = 10
+TASK_TABLES = {"tasks_app_task", "tasks_app_message", "tasks_app_taskevent", "tasks_app_artifact"}
+
+
+def _store_other_tasks(task: Task) -> None:
+    """OTHER_TASKS tasks beside `task`, each with a message and an event, all in bulk."""
+    now = timezone.now()
+    others = Task.objects.bulk_create(
+        Task(
+            tenant_id=task.tenant_id,
+            agent_id=task.agent_id,
+            context_id=task.context_id,
+            owner=task.owner,
+            state=TaskState.COMPLETED,
+            status_timestamp=now,
+        )
+        for _ in range(OTHER_TASKS)
+    )
+    Message.objects.bulk_create(
+        Message(
+            tenant_id=task.tenant_id,
+            task=other,
+            context_id=task.context_id,
+            message_id=str(uuid.uuid4()),
+            role=Message.Role.USER,
+            parts=[{"text": "another"}],
+            created_at=now,
+        )
+        for other in others
+    )
+    TaskEvent.objects.bulk_create(
+        TaskEvent(task=other, seq=1, kind=TaskEvent.Kind.TASK, payload={}) for other in others
+    )
+
+
+def _flow(caller) -> None:
+    """A task's life as the engine runs it: send, a turn asking for input, the answer, its turn, reads."""
+    outcome = _send(caller)
+    task_pk = str(outcome.task.pk)
+    _store_other_tasks(outcome.task)
+    first = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+    assert turn_claim(first)
+    turn, executor, context, view = _prepare(task_pk, first)
+    asked = pb.TaskStatusUpdateEvent(
+        task_id=task_pk,
+        status=pb.TaskStatus(
+            state=pb.TASK_STATE_INPUT_REQUIRED,
+            message=pb.Message(message_id="ask", role=pb.ROLE_AGENT, parts=[pb.Part(text="more?")]),
+        ),
+    )
+    assert events_store(turn, [asked], view) == "input-required"
+    _send(caller, text="more", task_id=task_pk)
+    second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
+    assert turn_claim(second)
+    turn, executor, context, view = _prepare(task_pk, second)
+    queue = Collecting()
+    asyncio.run(build_executor(caller.agent).execute(context, queue))
+    assert events_store(turn, queue.events, view) == "completed"
+    assert task_get(caller, task_pk)["status"]["state"] == "TASK_STATE_COMPLETED"
+    # A stream's look at the log, as a resuming subscriber or a waiting caller takes it.
+    state, events = _state_and_events_after(outcome.task.pk, 1)
+    assert state == TaskState.COMPLETED and len(events) >= 3
+    assert get_task_for_caller(caller, task_pk, for_update=True).pk == outcome.task.pk
+    assert get_task_for_tenant(caller.tenant, task_pk, for_update=True).pk == outcome.task.pk
+    with pytest.raises(TaskNotCancelableError):
+        task_cancel(caller, task_pk)
+
+
+def _scans(plan: dict):
+    """Every node of an EXPLAIN (FORMAT JSON) plan that reads a relation."""
+    if "Relation Name" in plan:
+        yield plan
+    for child in plan.get("Plans", []):
+        yield from _scans(child)
+
+
+def _explained(statement: str, params) -> dict:
+    # ANALYZE runs the statement: in a savepoint of its own, undone at once.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
+        plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    return plan[0]["Plan"]
+
+
+def test_no_statement_of_a_task_reads_the_other_tasks_of_its_agent(stored):
+    caller = _caller()
+    ran: list[tuple[str, object]] = []
+
+    def capture(execute, statement, params, many, context):
+        if statement.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE")):
+            ran.append((statement, params))
+        return execute(statement, params, many, context)
+
+    reads: list[tuple[int, str, str]] = []
+
+    def work():
+        with connection.execute_wrapper(capture):
+            _flow(caller)
+        for statement, params in ran:
+            for scan in _scans(_explained(statement, params)):
+                if scan["Relation Name"] in TASK_TABLES:
+                    rows = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
+                    reads.append((rows, scan["Relation Name"], statement))
+
+    _in_rollback(work)
+    assert len(ran) >= 20, ran
+    assert {table for _, table, _ in reads} == TASK_TABLES
+    too_many = [(rows, table, statement[:300]) for rows, table, statement in reads if rows > ROWS_READ_MAX]
+    assert not too_many, too_many

@@ -20,7 +20,6 @@ unless told), so the server no longer parses and plans it either.
 
 import functools
 import json
-from types import SimpleNamespace
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import JSONField, Model
@@ -76,11 +75,17 @@ def _converters(
 
 
 def _json_value(value, expression, connection):
-    """JSONField.from_db_value (a plain column, no decoder), reading {} and [] without json.loads.
+    """JSONField.from_db_value for a plain column (no decoder): json_value()."""
+    return json_value(value)
+
+
+def json_value(value):
+    """A plain JSON column's text, decoded as the ORM decodes it: {} and [] without json.loads.
 
     Most of a message's JSON columns (metadata, extensions, referenceTaskIds)
     hold {} or []: three of the four json.loads calls of each history message.
-    Both databases spell them so (jsonb's text output, and json.dumps on SQLite).
+    Both databases spell them so (jsonb's text output, and json.dumps on
+    SQLite). Each call returns containers of its own.
     """
     if value is None:
         return None
@@ -101,17 +106,13 @@ def _pk_index(model: type[Model], names: tuple[str, ...] | None) -> int:
 
 @functools.cache
 def _reading(model: type[Model], names: tuple[str, ...] | None, vendor: str) -> tuple:
-    """(width, primary key index, _converters): what reading the columns needs, looked up once per page."""
+    """(width, primary key index, _converters): what reading the columns needs."""
     return width(model, names), _pk_index(model, names), _converters(model, names, vendor)
 
 
 def _values(connection, model: type[Model], row, start: int, names) -> list | None:
     """The field values at row[start:], converted as the ORM converts them (None: a NULL primary key)."""
-    return _converted(connection, _reading(model, names, connection.vendor), row, start)
-
-
-def _converted(connection, reading: tuple, row, start: int) -> list | None:
-    size, pk_index, converters = reading
+    size, pk_index, converters = _reading(model, names, connection.vendor)
     values = list(row[start : start + size])
     if values[pk_index] is None:
         return None  # an outer join that found no row
@@ -137,39 +138,6 @@ def hydrate(model: type[Model], row, start: int = 0, names: tuple[str, ...] | No
     None if its primary key is NULL there: an outer join that found no row.
     """
     return _hydrate(_connection(), model, row, start, names)
-
-
-@functools.cache
-def _attnames(model: type[Model], names: tuple[str, ...] | None) -> tuple[str, ...]:
-    return tuple(field.attname for field in _fields(model, names))
-
-
-def record(model: type[Model], row, start: int = 0, names: tuple[str, ...] | None = None):
-    """What hydrate() reads, as a record of plain attributes (each field's attname, and pk).
-
-    For rows that are only rendered: building the model instance (its
-    __init__, the init signals, from_db) was a third of the CPU of a GetTask
-    that shows a hundred history messages. The values are the instance's.
-    """
-    return records(model, [row[start:]], names)[0]
-
-
-def records(model: type[Model], rows, names: tuple[str, ...] | None = None) -> list:
-    """record() of each row (a page of history), with what reading them needs looked up once, not per row."""
-    connection = _connection()
-    reading = _reading(model, names, connection.vendor)
-    attnames = _attnames(model, names)
-    pk_index = reading[1]
-    found = []
-    for row in rows:
-        values = _converted(connection, reading, row, 0)
-        if values is None:
-            found.append(None)
-            continue
-        one = SimpleNamespace(**dict(zip(attnames, values, strict=True)))
-        one.pk = values[pk_index]
-        found.append(one)
-    return found
 
 
 def hydrate_all(row, *models: type[Model]) -> list[Model | None]:

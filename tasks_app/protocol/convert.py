@@ -37,20 +37,44 @@ def timestamp(value: datetime) -> str:
 
 
 def message_dict(message: Message, context_id: str) -> dict:
+    return message_fields(
+        message.message_id,
+        context_id,
+        message.role,
+        message.parts,
+        task_id=str(message.task_id) if message.task_id else None,
+        metadata=message.metadata,
+        extensions=message.extensions,
+        reference_task_ids=message.reference_task_ids,
+    )
+
+
+def message_fields(
+    message_id: str,
+    context_id: str,
+    role: str,
+    parts: list,
+    *,
+    task_id: str | None,
+    metadata: dict | None,
+    extensions: list | None,
+    reference_task_ids: list | None,
+) -> dict:
+    """A stored message in ProtoJSON, from its column values (a page of history is read as rows)."""
     data = {
-        "messageId": message.message_id,
+        "messageId": message_id,
         "contextId": context_id,
-        "role": ROLE_TO_PROTO_NAME[message.role],
-        "parts": message.parts,
+        "role": ROLE_TO_PROTO_NAME[role],
+        "parts": parts,
     }
-    if message.task_id:
-        data["taskId"] = str(message.task_id)
-    if message.metadata:
-        data["metadata"] = message.metadata
-    if message.extensions:
-        data["extensions"] = message.extensions
-    if message.reference_task_ids:
-        data["referenceTaskIds"] = message.reference_task_ids
+    if task_id:
+        data["taskId"] = task_id
+    if metadata:
+        data["metadata"] = metadata
+    if extensions:
+        data["extensions"] = extensions
+    if reference_task_ids:
+        data["referenceTaskIds"] = reference_task_ids
     return data
 
 
@@ -83,23 +107,26 @@ def task_dict(
     messages: list[Message] | None = None,
     artifacts: list[Artifact] | None = None,
     history_length: int | None = None,
+    history: list[dict] | None = None,
 ) -> dict:
     """A Task in ProtoJSON.
 
     history_length follows the spec: None = everything we keep, 0 = no history,
     N = the N most recent messages. The current status message is not repeated
-    in the history.
+    in the history. `history`, instead of `messages`: the history as it is
+    answered, already in ProtoJSON (a page read by selectors).
     """
     context_id = task.context.context_id
     data = {"id": str(task.id), "contextId": context_id, "status": status_dict(task)}
     if artifacts:
         data["artifacts"] = [artifact_dict(a) for a in artifacts]
     if messages and history_length != 0:
-        history = [m for m in messages if m.pk != task.status_message_id]
+        kept = [m for m in messages if m.pk != task.status_message_id]
         if history_length is not None:
-            history = history[-history_length:]
-        if history:
-            data["history"] = [message_dict(m, context_id) for m in history]
+            kept = kept[-history_length:]
+        history = [message_dict(m, context_id) for m in kept]
+    if history and history_length != 0:
+        data["history"] = history
     if task.metadata:
         data["metadata"] = task.metadata
     return data

@@ -5,10 +5,12 @@ TaskEvent rows without save(), so a pre_save or post_save receiver on one of
 them would silently miss those writes. Whoever adds one must first move the
 writes back to the ORM, or send the signal there.
 
-A page of history is read as records (`sql.records`), not Message instances,
-so no init signal is sent for those rows either.
+A page of history goes from its rows straight to ProtoJSON
+(selectors._history_page), with no Message instance, so no init signal is sent
+for those rows either.
 """
 
+import json
 import uuid
 
 import pytest
@@ -18,7 +20,8 @@ from django.utils import timezone
 
 from agents.models import Agent
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
-from tasks_app.selectors import HISTORY_FIELDS, task_snapshot
+from tasks_app.protocol.convert import message_dict
+from tasks_app.selectors import task_snapshot
 from tenants import sql
 
 
@@ -30,10 +33,10 @@ def test_models_written_without_save_have_no_save_receivers(model):
     assert not post_save.has_listeners(model)
 
 
-def test_history_records_hold_what_the_instances_would(stored):
+def test_a_history_page_shows_what_the_stored_messages_hold(stored):
+    # No Message instance is built for a page's rows: an init receiver would miss them.
     assert not pre_init.has_listeners(Message) and not post_init.has_listeners(Message)
     agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
-    columns = sql.columns(Message, "m", HISTORY_FIELDS)
     with transaction.atomic():
         context = Context.objects.create(tenant=agent.tenant, owner="anonymous", context_id=str(uuid.uuid4()))
         task = Task.objects.create(
@@ -62,26 +65,22 @@ def test_history_records_hold_what_the_instances_would(stored):
             Message.objects.create(**common, message_id=f"empty-{n}-{uuid.uuid4()}", parts=[])
             for n in range(2)
         ]
-        rows = sql.fetch_all(
-            f"SELECT {columns} FROM {sql.table(Message)} m WHERE m.task_id = %s ORDER BY m.id",
-            [sql.prep(Message, "task", task.pk)],
-        )
         answer = task_snapshot(task.pk)
+        # What the ORM reads back, rendered one instance at a time.
+        instances = list(Message.objects.filter(task=task).order_by("created_at", "id"))
         transaction.set_rollback(True)
-    stored_messages = [full, *empty]
-    one_by_one = [sql.record(Message, row, names=HISTORY_FIELDS) for row in rows]
-    for found in (sql.records(Message, rows, names=HISTORY_FIELDS), one_by_one):
-        assert [record.pk for record in found] == [message.pk for message in stored_messages]
-        for record, row, message in zip(found, rows, stored_messages, strict=True):
-            instance = sql.hydrate(Message, row, names=HISTORY_FIELDS)
-            for name in HISTORY_FIELDS:
-                assert getattr(record, name) == getattr(instance, name) == getattr(message, name), name
-    assert empty[0].metadata == {} and empty[0].extensions == [] and empty[0].parts == []
-    # Each record has containers of its own: changing one changes no other.
-    first, second = sql.records(Message, rows[1:], names=HISTORY_FIELDS)
-    first.metadata["changed"] = True
-    first.extensions.append("x")
-    assert second.metadata == {} and second.extensions == []
+    assert [m.pk for m in instances] == [m.pk for m in [full, *empty]]
+    assert instances[1].metadata == {} and instances[1].extensions == [] and instances[1].parts == []
+    assert answer["history"] == [message_dict(m, context.context_id) for m in instances]
+    assert answer["history"][0]["metadata"] == {"k": {"nested": "v"}}
     # The history's messages name their task (its id is not read per row, but set).
-    assert [m["messageId"] for m in answer["history"]] == [m.message_id for m in stored_messages]
     assert {m["taskId"] for m in answer["history"]} == {str(task.pk)}
+
+
+def test_json_values_read_fast_are_the_orms_and_never_shared():
+    for text in ("{}", "[]", '{"a": [1, {}]}', "[{}, []]", '"text"', "3.5", "null"):
+        assert sql.json_value(text) == json.loads(text)
+    assert sql.json_value(None) is None
+    # Each empty container is a new one: changing one changes no other.
+    assert sql.json_value("{}") is not sql.json_value("{}")
+    assert sql.json_value("[]") is not sql.json_value("[]")

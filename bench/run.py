@@ -8,7 +8,8 @@
 
 Servers, all on loopback, all behind Daphne, started the way tests/live.py starts them:
 
-    platform-services   manage.py webserve (a Daphne process per CPU) + a separate Celery worker,
+    platform-services   manage.py webserve (a Daphne process per CPU) + separate Celery worker
+                        processes (--workers, default one per CPU, 8 threads among them),
                         PostgreSQL + Redis (db 5)
     platform-embedded   `manage.py serve` (Daphne + worker threads), SQLite
     sdk-memory          bench/sdk_echo_server.py on the SDK's InMemoryTaskStore
@@ -67,6 +68,8 @@ TERMINAL = {COMPLETED, "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_R
 REQUEST_TIMEOUT = 30.0
 PID = os.getpid()
 PLATFORM_DB = f"a2a_bench_{PID}"
+# Threads of all services-mode worker processes together (`make worker`: one process of 8).
+WORKER_THREADS = 8
 SDK_DB = f"a2a_bench_sdk_{PID}"
 PLATFORM_TASK_TABLE = "tasks_app_task"
 PLATFORM_MESSAGE_TABLE = "tasks_app_message"
@@ -116,8 +119,10 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def cpu_label(proc: Process) -> str:
-    """The label of a process in `cpu_ms`: web / worker for services mode, else server."""
-    return {"platform-web": "web", "platform-worker": "worker"}.get(proc.name, "server")
+    """The label of a process in `cpu_ms`: web / worker (all of them) for services mode, else server."""
+    if proc.name.startswith("platform-worker"):
+        return "worker"
+    return {"platform-web": "web"}.get(proc.name, "server")
 
 
 @dataclass
@@ -212,14 +217,19 @@ def prepare_platform(args, mode: str, var_dir: Path) -> dict[str, str]:
     return env
 
 
-def start_platform(mode: str, env: dict, log_dir: Path) -> Server:
+def start_platform(mode: str, env: dict, log_dir: Path, workers: int = 1) -> Server:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     procs: list[Process] = []
     if mode == "services":
         # The web tier as deployed: a Daphne process per CPU on the port (WEB_PROCESSES).
         procs.append(spawn("platform-web", webserve_args(port), env, log_dir))
-        procs.append(start_celery_worker("platform-worker", env, log_dir))
+        # `workers` Celery worker processes sharing WORKER_THREADS threads (README, Scale-out).
+        threads = max(1, WORKER_THREADS // workers)
+        for n in range(workers):
+            name = "platform-worker" if workers == 1 else f"platform-worker-{n + 1}"
+            node = None if workers == 1 else f"bench{n + 1}@%h"
+            procs.append(start_celery_worker(name, env, log_dir, concurrency=threads, node=node))
         storage = ("postgres", PLATFORM_DB)
     else:
         manage = [sys.executable, "manage.py"]
@@ -260,7 +270,7 @@ def start_servers(args, work_dir: Path, servers: list[Server]) -> None:
         if args.sdk_postgres:
             servers.append(start_sdk(args, "sql", work_dir))
         for mode in modes:
-            servers.append(start_platform(mode, envs[mode].result(), work_dir))
+            servers.append(start_platform(mode, envs[mode].result(), work_dir, workers=args.workers))
 
 
 # --- Requests ---------------------------------------------------------------------
@@ -962,6 +972,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-sdk-postgres", dest="sdk_postgres", action="store_false", help="skip that baseline"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="services mode's Celery worker processes, sharing 8 threads (default: one per CPU)",
+    )
     parser.add_argument("--debug", action="store_true", help="run the platform with DEBUG on (default: off)")
     parser.add_argument("--postgres-url", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5", help="services mode (db 5)")
@@ -983,10 +999,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.rounds = args.rounds or (3 if quick else 4)
     args.seconds = args.seconds or (1.5 if quick else 1.0)
     args.warmup = args.warmup if args.warmup is not None else (0.7 if quick else 1.0)
-    if min([*args.concurrency, *args.list_concurrency, args.rounds]) < 1 or any(
+    if min([*args.concurrency, *args.list_concurrency, args.rounds, args.workers]) < 1 or any(
         n < 100 for n in args.list_scale
     ):
-        parser.error("concurrency and rounds must be positive, list scales at least 100")
+        parser.error("concurrency, rounds and workers must be positive, list scales at least 100")
     return args
 
 
@@ -1037,6 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started_at.isoformat(timespec="seconds"),
         "command": " ".join(["bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
         "git": git_describe(),
+        "services_workers": args.workers,
         "host": {
             "cpus": os.cpu_count(),
             "python": host_platform.python_version(),
@@ -1067,7 +1084,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nA2A echo agent: the platform vs the official a2a-sdk 1.3 server, all on Daphne, loopback")
     print(
-        f"git {report['git']}; {os.cpu_count()} CPUs; load avg {load_before[0]:.2f} before, "
+        f"git {report['git']}; {os.cpu_count()} CPUs; {args.workers} services worker process(es); "
+        f"load avg {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after; measured in {report['measure_seconds']} s "
         f"(total {report['total_seconds']} s)\n"
     )

@@ -235,10 +235,16 @@ def webserve_args(port: int, processes: int | None = None) -> list[str]:
     return args + (["--processes", str(processes)] if processes else [])
 
 
-def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
-    """A separate Celery worker process, as `make worker` runs it, ready to take turns."""
+def start_celery_worker(
+    name: str, env: dict, log_dir: Path, concurrency: int = 8, node: str | None = None
+) -> Process:
+    """A separate Celery worker process, as `make worker` runs it, ready to take turns.
+
+    node: its Celery node name, for several worker processes on one host.
+    """
     args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
-    args += ["--concurrency", "8", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    args += ["--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    args += ["-n", node] if node else []
     process = spawn(name, args, env, log_dir)
     wait_started(process, lambda: "ready." in process.output(), "the Celery worker")
     return process

@@ -32,8 +32,9 @@ test: lint
 web: install
 	$(PY) manage.py webserve --host $(HOST) --port $(PORT)
 
+# Services mode's workers: WORKER_PROCESSES Celery worker processes (default: one per CPU).
 worker: install
-	$(PY) -m celery -A a2a_platform worker --pool threads --concurrency 8 --loglevel INFO
+	$(PY) manage.py workserve
 
 beat: install
 	mkdir -p var && $(PY) -m celery -A a2a_platform beat --loglevel INFO -s var/celerybeat-schedule

@@ -259,6 +259,10 @@ A2A_EVENT_FLUSH_DELAY = env_float("A2A_EVENT_FLUSH_DELAY", 0.01)
 A2A_DB_THREADS = env_int("A2A_DB_THREADS", 16)
 # Daphne processes `manage.py webserve` runs on one port (services mode); 0: one per CPU.
 WEB_PROCESSES = env_int("WEB_PROCESSES", 0)
+# Celery worker processes `manage.py workserve` runs (services mode); 0: one per CPU.
+WORKER_PROCESSES = env_int("WORKER_PROCESSES", 0)
+# Turn threads of all of workserve's processes together, shared out among them.
+WORKER_THREADS = env_int("WORKER_THREADS", 8)
 A2A_CARD_MAX_AGE = env_int("A2A_CARD_MAX_AGE", 300)
 A2A_MAX_REQUEST_BYTES = env_int("A2A_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES

@@ -8,9 +8,9 @@
 
 Servers, all on loopback, all behind Daphne, started the way tests/live.py starts them:
 
-    platform-services   manage.py webserve (a Daphne process per CPU) + separate Celery worker
-                        processes (--workers, default one per CPU, 8 threads among them),
-                        PostgreSQL + Redis (db 5)
+    platform-services   manage.py webserve (a Daphne process per CPU) + manage.py workserve
+                        (--workers Celery worker processes, default one per CPU, 8 threads
+                        among them), PostgreSQL + Redis (db 5)
     platform-embedded   `manage.py serve` (Daphne + worker threads), SQLite
     sdk-memory          bench/sdk_echo_server.py on the SDK's InMemoryTaskStore
     sdk-postgres        the same on the SDK's DatabaseTaskStore, same PostgreSQL, its own database
@@ -54,7 +54,6 @@ from tests.live import (  # noqa: E402
     free_port,
     http_ok,
     spawn,
-    start_celery_worker,
     stop_processes,
     wait_until,
     webserve_args,
@@ -68,7 +67,7 @@ TERMINAL = {COMPLETED, "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_R
 REQUEST_TIMEOUT = 30.0
 PID = os.getpid()
 PLATFORM_DB = f"a2a_bench_{PID}"
-# Threads of all services-mode worker processes together (`make worker`: one process of 8).
+# Threads of all services-mode worker processes together (WORKER_THREADS, as `make worker` shares them).
 WORKER_THREADS = 8
 SDK_DB = f"a2a_bench_sdk_{PID}"
 PLATFORM_TASK_TABLE = "tasks_app_task"
@@ -224,12 +223,14 @@ def start_platform(mode: str, env: dict, log_dir: Path, workers: int = 1) -> Ser
     if mode == "services":
         # The web tier as deployed: a Daphne process per CPU on the port (WEB_PROCESSES).
         procs.append(spawn("platform-web", webserve_args(port), env, log_dir))
-        # `workers` Celery worker processes sharing WORKER_THREADS threads (README, Scale-out).
+        # The workers as deployed: `manage.py workserve`, `workers` Celery worker processes
+        # sharing WORKER_THREADS threads (README, Scale-out).
         threads = max(1, WORKER_THREADS // workers)
-        for n in range(workers):
-            name = "platform-worker" if workers == 1 else f"platform-worker-{n + 1}"
-            node = None if workers == 1 else f"bench{n + 1}@%h"
-            procs.append(start_celery_worker(name, env, log_dir, concurrency=threads, node=node))
+        workserve = [sys.executable, "manage.py", "workserve", "--processes", str(workers)]
+        workserve += ["--concurrency", str(threads), "--", "--without-gossip", "--without-mingle"]
+        launcher = spawn("platform-worker", workserve, env, log_dir)
+        procs.append(launcher)
+        wait_until(lambda: launcher.output().count("ready.") == workers, "the workers to be ready", procs)
         storage = ("postgres", PLATFORM_DB)
     else:
         manage = [sys.executable, "manage.py"]

@@ -128,6 +128,32 @@ def kill_hard(process: Process) -> None:
     process.popen.wait(timeout=10)
 
 
+def children(pid: int) -> list[int]:
+    """The pids of a process's children (Linux), as launchers such as webserve start them."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting to be reaped does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_for(check, what: str, timeout: float = 30.0) -> None:
+    """Poll `check` until it holds; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
 def wait_until(check, what: str, processes: list[Process], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -235,16 +261,10 @@ def webserve_args(port: int, processes: int | None = None) -> list[str]:
     return args + (["--processes", str(processes)] if processes else [])
 
 
-def start_celery_worker(
-    name: str, env: dict, log_dir: Path, concurrency: int = 8, node: str | None = None
-) -> Process:
-    """A separate Celery worker process, as `make worker` runs it, ready to take turns.
-
-    node: its Celery node name, for several worker processes on one host.
-    """
+def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
+    """A separate Celery worker process (one of those `manage.py workserve` runs), ready to take turns."""
     args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
-    args += ["--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
-    args += ["-n", node] if node else []
+    args += ["--concurrency", "8", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     process = spawn(name, args, env, log_dir)
     wait_started(process, lambda: "ready." in process.output(), "the Celery worker")
     return process

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,11 +20,14 @@ import pytest
 from tests.conftest import SERVICES_MODE, user_message
 from tests.live import (
     Platform,
+    alive,
     child_env,
+    children,
     free_port,
     http_ok,
     spawn,
     stop_processes,
+    wait_for,
     wait_started,
     webserve_args,
 )
@@ -50,21 +52,6 @@ def webserve(server, db_settings, log_dir):
     stop_processes(platform.processes)
 
 
-def children(pid: int) -> list[int]:
-    try:
-        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def wait_for(check, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def server_pid_of(client_port: int, server_port: int, candidates: list[int]) -> int | None:
     """Which of `candidates` holds the server side of the loopback connection from client_port."""
     inode = None
@@ -83,14 +70,6 @@ def server_pid_of(client_port: int, server_port: int, candidates: list[int]) -> 
             except OSError:
                 continue
     return None
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def port_of(platform: Platform) -> int:

@@ -1,0 +1,100 @@
+"""Services mode's workers on one host: several Celery worker processes on the turn queue.
+
+A Celery worker process runs Python on one core at a time, as a Daphne
+process does, so one process of eight threads leaves a second core idle
+while its threads wait for one GIL. On this 2-core machine two processes of
+four threads, against one of eight, took blocking sends at c=8 from 1.44x to
+1.52-1.60x the SDK on PostgreSQL and p99 from about 150 to 80-95 ms
+(bench/README.md). Workers keep nothing of their own (a turn's lease is a
+row), so this command only starts them and keeps them running:
+
+- PROCESSES children (WORKER_PROCESSES, else one per CPU), with the
+  WORKER_THREADS turn threads shared out among them (--concurrency each);
+- each child is `celery worker --pool threads`, as the compose file runs one,
+  with a node name of its own, and any further arguments after `--`;
+- a child that exits is started again; the turn it was running comes back
+  from its lease in the database (tasks_app/sweeper.py);
+- SIGTERM or SIGINT give every child Celery's warm shutdown (it finishes
+  its running turns) for up to --stop-timeout seconds, then kill it; its
+  unfinished turns come back from their leases.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from a2a_platform.supervisor import Supervisor
+
+
+def default_processes() -> int:
+    return settings.WORKER_PROCESSES or os.cpu_count() or 1
+
+
+def threads_per_process(processes: int) -> int:
+    """WORKER_THREADS shared out among `processes`, at least one each."""
+    return max(1, settings.WORKER_THREADS // processes)
+
+
+class Command(BaseCommand):
+    help = "Run the workers of services mode: PROCESSES Celery worker processes, supervised."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=None,
+            help="Celery worker processes (default: WORKER_PROCESSES, else one per CPU)",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="turn threads per process (default: WORKER_THREADS shared out among the processes)",
+        )
+        parser.add_argument("--loglevel", default="INFO")
+        parser.add_argument(
+            "--stop-timeout",
+            type=float,
+            default=30.0,
+            help="seconds a stopping worker gets to finish its running turns before it is killed",
+        )
+        parser.add_argument(
+            "celery_args", nargs=argparse.REMAINDER, help="after --: more arguments for each `celery worker`"
+        )
+
+    def handle(self, *args, processes, concurrency, loglevel, stop_timeout, celery_args, **options):
+        if settings.EMBEDDED_WORKER:
+            raise CommandError(
+                "workserve runs services mode's workers: set REDIS_URL (and DATABASE_URL); "
+                "the embedded default runs its turns inside `manage.py serve`"
+            )
+        processes = processes or default_processes()
+        concurrency = concurrency or threads_per_process(processes)
+        if processes < 1 or concurrency < 1:
+            raise CommandError("--processes and --concurrency must be at least 1")
+        extra = celery_args[1:] if celery_args[:1] == ["--"] else celery_args
+        self.stdout.write(
+            f"Workers: {processes} Celery worker processes of {concurrency} threads "
+            f"on queue {settings.CELERY_TASK_DEFAULT_QUEUE}"
+        )
+        self.stdout.flush()
+        start = _worker_starter(concurrency, loglevel, extra)
+        Supervisor(processes, start, "Worker process", stop_timeout).run()
+
+
+def _worker_starter(concurrency: int, loglevel: str, extra: list[str]):
+    """Starts the Celery worker of a slot, named after the slot and this launcher."""
+    launcher = os.getpid()
+
+    def start(slot: int, preexec_fn) -> subprocess.Popen:
+        command = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
+        command += ["--concurrency", str(concurrency), "--loglevel", loglevel]
+        # A node name of its own: Celery warns of, and its remote control mixes up, namesakes.
+        command += ["-n", f"worker{slot + 1}-{launcher}@%h", *extra]
+        return subprocess.Popen(command, cwd=settings.BASE_DIR, preexec_fn=preexec_fn)
+
+    return start

@@ -1,0 +1,125 @@
+"""`manage.py workserve`: services mode's workers as several supervised Celery worker processes.
+
+The children take turns side by side (two turns run at once with one thread
+in each child); a child killed with SIGKILL is replaced and turns keep
+completing; SIGTERM stops them all; a launcher killed with SIGKILL takes
+its children down. The embedded default refuses the command.
+"""
+
+import os
+import signal
+import sys
+import uuid
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+
+from tasks_app.models import Task, TaskState
+from tests.conftest import SERVICES_MODE, user_message
+from tests.live import (
+    alive,
+    child_env,
+    children,
+    spawn,
+    start_web,
+    stop_processes,
+    wait_for,
+    wait_started,
+)
+
+services_only = pytest.mark.skipif(not SERVICES_MODE, reason="workserve runs services mode's workers")
+PROCESSES = 2
+
+
+@pytest.fixture
+def workserve(db_settings, log_dir):
+    """A workserve of PROCESSES one-thread children and a web, on a queue of their own."""
+    env = {"CELERY_QUEUE": f"workserve-{uuid.uuid4().hex[:8]}"}
+    args = [sys.executable, "manage.py", "workserve", "--processes", str(PROCESSES), "--concurrency", "1"]
+    args += ["--", "--without-gossip", "--without-mingle"]
+    launcher = spawn("workserve", args, child_env(db_settings, env), log_dir)
+    wait_started(launcher, lambda: launcher.output().count("ready.") == PROCESSES, "every worker to be ready")
+    try:
+        web = start_web(db_settings, log_dir, name="workserve-web", extra_env=env)
+    except BaseException:
+        stop_processes([launcher])
+        raise
+    yield launcher, web
+    stop_processes([*web.processes, launcher])
+
+
+def send(web, agent: str, text: str, **configuration) -> dict:
+    params = user_message(text, str(uuid.uuid4()))
+    if configuration:
+        params["configuration"] = configuration
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+    answer = httpx.post(web.agent_url(agent), json=body, headers={"A2A-Version": "1.0"}, timeout=30).json()
+    return answer["result"]["task"]
+
+
+def assert_echoes(web, count: int, label: str) -> None:
+    for index in range(count):
+        task = send(web, "echo", f"{label} {index}")
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+        assert f"({label} {index})" in task["artifacts"][0]["parts"][0]["text"]
+
+
+@services_only
+def test_each_child_takes_turns(workserve, stored):
+    launcher, web = workserve
+    # Each child has one thread: two turns running at once are on two processes.
+    ids = [send(web, "progress", f"slow {n}", returnImmediately=True)["id"] for n in range(2)]
+
+    def both_running() -> bool:
+        states = set(Task.objects.filter(id__in=ids).values_list("state", flat=True))
+        assert TaskState.COMPLETED not in states, "a turn ended before the other started"
+        return states == {TaskState.WORKING}
+
+    wait_for(both_running, "two turns running at once", timeout=20)
+    wait_for(
+        lambda: Task.objects.filter(id__in=ids, state=TaskState.COMPLETED).count() == 2,
+        "both turns to complete",
+    )
+    assert len(children(launcher.popen.pid)) == PROCESSES
+
+
+@services_only
+def test_a_killed_child_is_replaced_and_turns_go_on(workserve):
+    launcher, web = workserve
+    before = children(launcher.popen.pid)
+    os.kill(before[0], signal.SIGKILL)
+    wait_for(lambda: "Worker process" in launcher.output(), "the launcher to notice")
+    assert f"Worker process {before[0]} exited (-9)" in launcher.output()
+    wait_for(lambda: launcher.output().count("ready.") == PROCESSES + 1, "a new child to be ready")
+    now = children(launcher.popen.pid)
+    assert before[1] in now and before[0] not in now and len(now) == PROCESSES
+    assert_echoes(web, 6, "after kill")
+
+
+@services_only
+def test_sigterm_stops_every_child(workserve):
+    launcher, web = workserve
+    assert_echoes(web, 2, "before stop")
+    kids = children(launcher.popen.pid)
+    launcher.popen.send_signal(signal.SIGTERM)
+    assert launcher.popen.wait(timeout=40) == 0
+    assert [pid for pid in kids if alive(pid)] == []
+    assert "exited" not in launcher.output()  # stopped, not lost and started again
+    assert launcher.output().count("Warm shutdown") == PROCESSES
+
+
+@services_only
+def test_a_launcher_killed_hard_takes_its_children_down(workserve):
+    launcher, _web = workserve
+    kids = children(launcher.popen.pid)
+    assert len(kids) == PROCESSES
+    launcher.popen.kill()
+    launcher.popen.wait(timeout=10)
+    wait_for(lambda: not any(alive(pid) for pid in kids), "the children to exit")
+
+
+def test_the_embedded_default_refuses(settings):
+    settings.EMBEDDED_WORKER = True
+    with pytest.raises(CommandError, match="set REDIS_URL"):
+        call_command("workserve")

@@ -7,13 +7,14 @@ get_task_for_caller serves the A2A bindings (one agent, one caller);
 get_task_for_tenant the management API and the console (the whole tenant).
 """
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 
 from django.db import connection
 
 from agents.models import Agent
-from tasks_app.models import Context, Message, Task
+from tasks_app.models import Artifact, Context, Message, Task
 from tenants import sql
 from tenants.access import usable_id
 from tenants.models import Tenant
@@ -64,14 +65,49 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     if pk is None:
         return None
     lock = " FOR UPDATE OF t" if for_update and connection.features.has_select_for_update_of else ""
-    row = sql.fetch_one(
-        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, {sql.columns(Message, 's')} "
-        f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id "
-        f"LEFT JOIN {sql.table(Message)} s ON s.id = t.status_message_id WHERE t.id = %s{lock}",
+    statement = f"{_task_select(with_artifacts=False)} WHERE t.id = %s{lock}"
+    row = sql.fetch_one(statement, [sql.prep(Task, "id", pk)])
+    return _task_of(row, caller) if row is not None else None
+
+
+def get_task_and_artifacts(caller: Caller, task_id: str) -> tuple[Task, list[Artifact]] | None:
+    """get_task_for_caller and the task's artifacts (oldest first), in one statement: GetTask's read.
+
+    One row per artifact (one with none), each repeating the task's columns;
+    a statement fewer than reading them apart, a round trip to the database
+    of the three a GetTask makes.
+    """
+    pk = parse_task_uuid(task_id)
+    if pk is None:
+        return None
+    rows = sql.fetch_all(
+        f"{_task_select(with_artifacts=True)} WHERE t.id = %s ORDER BY a.created_at, a.id",
         [sql.prep(Task, "id", pk)],
     )
-    if row is None:
+    task = _task_of(rows[0], caller) if rows else None
+    if task is None:
         return None
+    start = sql.width(Task) + sql.width(Context) + sql.width(Message)
+    artifacts = [sql.hydrate(Artifact, row, start) for row in rows]
+    return task, [artifact for artifact in artifacts if artifact is not None]
+
+
+@functools.cache
+def _task_select(*, with_artifacts: bool) -> str:
+    """SELECT a task with its context and status message (and its artifacts), up to the WHERE clause."""
+    select = f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, {sql.columns(Message, 's')}"
+    tables = (
+        f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id "
+        f"LEFT JOIN {sql.table(Message)} s ON s.id = t.status_message_id"
+    )
+    if with_artifacts:
+        select += f", {sql.columns(Artifact, 'a')}"
+        tables += f" LEFT JOIN {sql.table(Artifact)} a ON a.task_id = t.id"
+    return f"{select} {tables}"
+
+
+def _task_of(row, caller: Caller) -> Task | None:
+    """The task of a _task_select row, with its context and status message, if the caller sees it."""
     task, context, status_message = sql.hydrate_all(row, Task, Context, Message)
     if not _visible(task, caller):
         return None

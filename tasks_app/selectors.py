@@ -46,9 +46,14 @@ def task_snapshot(task_pk, *, history_length: int | None = None, include_artifac
     return _snapshot(task, history_length=history_length, include_artifacts=include_artifacts)
 
 
-def snapshot_of(task: Task, *, history_length: int | None = None) -> dict:
-    """task_snapshot() of a task already read with its context and status message (two queries)."""
-    return _snapshot(task, history_length=history_length)
+def snapshot_of(
+    task: Task, *, history_length: int | None = None, artifacts: list[Artifact] | None = None
+) -> dict:
+    """task_snapshot() of a task already read with its context and status message (two queries).
+
+    With its artifacts read too (access.get_task_and_artifacts), one query: its page of history.
+    """
+    return _snapshot(task, history_length=history_length, artifacts=artifacts)
 
 
 def send_answer(task_pk, *, history_length: int | None = None) -> dict:
@@ -66,7 +71,13 @@ def reply_dict(task: Task) -> dict:
     return reply
 
 
-def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool = True) -> dict:
+def _snapshot(
+    task: Task,
+    *,
+    history_length: int | None,
+    include_artifacts: bool = True,
+    artifacts: list[Artifact] | None = None,
+) -> dict:
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
     # Hand-written SQL (tenants/sql.py): every GetTask and most answers read these.
@@ -80,8 +91,9 @@ def _snapshot(task: Task, *, history_length: int | None, include_artifacts: bool
             [task_id, history_length + 1],
         )
         history = _history_page(task, reversed(rows))[-history_length:]
-    artifacts = []
-    if include_artifacts:
+    if not include_artifacts:
+        artifacts = []
+    elif artifacts is None:
         rows = sql.fetch_all(
             f"SELECT {sql.columns(Artifact, 'a')} FROM {sql.table(Artifact)} a WHERE a.task_id = %s "
             "ORDER BY a.created_at, a.id",

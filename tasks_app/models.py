@@ -150,7 +150,7 @@ class Message(models.Model):
         DONE = "done", "Done"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="messages")
-    # message_task_idx leads with task: no index of its own to keep up on every write.
+    # message_task_order_idx leads with task: no index of its own to keep up on every write.
     task = models.ForeignKey(
         Task, null=True, blank=True, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
@@ -182,7 +182,9 @@ class Message(models.Model):
         # No uniqueness on message_id: a repeated id is an ordinary new message
         # (as in the SDK); retries are made safe by IdempotencyKey instead.
         indexes = [
-            models.Index(fields=["task", "created_at"], name="message_task_idx"),
+            # A task's messages in their order (created_at, then id): a page of history, newest
+            # first, reads only the page's rows, whatever the length of the history.
+            models.Index(fields=["task", "created_at", "id"], name="message_task_order_idx"),
             models.Index(fields=["turn", "created_at"], name="message_turn_idx"),
             models.Index(
                 fields=["tenant", "turn_finished_at"],

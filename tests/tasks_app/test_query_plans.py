@@ -143,3 +143,64 @@ def test_no_statement_of_a_task_reads_the_other_tasks_of_its_agent(stored):
     assert {table for _, table, _ in reads} == TASK_TABLES
     too_many = [(rows, table, statement[:300]) for rows, table, statement in reads if rows > ROWS_READ_MAX]
     assert not too_many, too_many
+
+
+# The messages of a long conversation, stored in batches that share their created_at.
+LONG_HISTORY = 300
+
+
+def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
+    """GetTask's page of history is an ordered index scan that stops at the page, however long the history.
+
+    Prepared, as psycopg prepares a statement a connection runs often
+    (DB_PREPARE_THRESHOLD), and past PostgreSQL's first five custom plans:
+    the plan every GetTask of a busy server runs.
+    """
+    caller = _caller()
+    ran: list[tuple[str, object]] = []
+
+    def capture(execute, statement, params, many, context):
+        if "ORDER BY m.created_at DESC" in statement:
+            ran.append((statement, params))
+        return execute(statement, params, many, context)
+
+    def work():
+        outcome = _send(caller)
+        now = timezone.now()
+        Message.objects.bulk_create(
+            Message(
+                tenant=caller.tenant,
+                task=outcome.task,
+                context=outcome.task.context,
+                message_id=str(uuid.uuid4()),
+                role=Message.Role.AGENT,
+                parts=[{"text": f"message {n}"}],
+                created_at=now,
+            )
+            for n in range(LONG_HISTORY)
+        )
+        with connection.execute_wrapper(capture):
+            answer = task_get(caller, str(outcome.task.pk))
+        [(statement, params)] = ran
+        numbered = statement
+        for number in range(1, len(params) + 1):
+            numbered = numbered.replace("%s", f"${number}", 1)
+        placeholders = ", ".join(["%s"] * len(params))
+        with connection.cursor() as cursor:
+            cursor.execute(f"PREPARE history_page AS {numbered}")
+            try:
+                for _ in range(6):
+                    cursor.execute(f"EXECUTE history_page({placeholders})", params)
+                cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE history_page({placeholders})", params)
+                plan = cursor.fetchone()[0][0]["Plan"]
+            finally:
+                cursor.execute("DEALLOCATE history_page")
+        page = len(answer["history"])
+        assert page == 100
+        scans = [scan for scan in _scans(plan) if scan["Relation Name"] == "tasks_app_message"]
+        assert scans, plan
+        for scan in scans:
+            read = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
+            assert read <= page + 1, plan
+
+    _in_rollback(work)

@@ -17,6 +17,7 @@ one such process per CPU (README, Scale-out).
 """
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -41,7 +42,14 @@ def die_with_parent():
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    launcher = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != launcher:
+            os._exit(1)  # the launcher died before the call: no signal will come
+
+    return preexec
 
 
 class Supervisor:

@@ -3,8 +3,9 @@
 Each answers None for a task that does not exist, belongs to another tenant,
 another agent, or another caller, so callers cannot tell those cases apart
 (get_task_for_caller also for a message exchange, Task.Reply.MESSAGE).
-get_task_for_caller serves the A2A bindings (one agent, one caller);
-get_task_for_tenant the management API and the console (the whole tenant).
+get_task_for_caller serves the A2A bindings (one agent, one caller), and
+get_task_and_artifacts_for_caller their GetTask; get_task_for_tenant the
+management API and the console (the whole tenant).
 """
 
 import functools
@@ -70,7 +71,7 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     return _task_of(row, caller) if row is not None else None
 
 
-def get_task_and_artifacts(caller: Caller, task_id: str) -> tuple[Task, list[Artifact]] | None:
+def get_task_and_artifacts_for_caller(caller: Caller, task_id: str) -> tuple[Task, list[Artifact]] | None:
     """get_task_for_caller and the task's artifacts (oldest first), in one statement: GetTask's read.
 
     One row per artifact (one with none), each repeating the task's columns;

@@ -51,7 +51,7 @@ def snapshot_of(
 ) -> dict:
     """task_snapshot() of a task already read with its context and status message (two queries).
 
-    With its artifacts read too (access.get_task_and_artifacts), one query: its page of history.
+    With its artifacts read too (access.get_task_and_artifacts_for_caller), one query: its page of history.
     """
     return _snapshot(task, history_length=history_length, artifacts=artifacts)
 

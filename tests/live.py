@@ -262,7 +262,7 @@ def webserve_args(port: int, processes: int | None = None) -> list[str]:
 
 
 def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
-    """A separate Celery worker process (one of those `manage.py workserve` runs), ready to take turns."""
+    """A separate Celery worker process of 8 threads, as the compose file runs one, ready to take turns."""
     args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
     args += ["--concurrency", "8", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     process = spawn(name, args, env, log_dir)

@@ -15,7 +15,10 @@ import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
+from a2a_platform.management.commands.workserve import default_processes, threads_of
+from agents.models import Agent
 from tasks_app.models import Task, TaskState
+from tenants.models import Tenant
 from tests.conftest import SERVICES_MODE, user_message
 from tests.live import (
     alive,
@@ -30,6 +33,8 @@ from tests.live import (
 
 services_only = pytest.mark.skipif(not SERVICES_MODE, reason="workserve runs services mode's workers")
 PROCESSES = 2
+# Seconds a turn of the slow agent takes: long enough for two to overlap on a busy machine.
+SLOW_TURN = 5
 
 
 @pytest.fixture
@@ -65,27 +70,47 @@ def assert_echoes(web, count: int, label: str) -> None:
         assert f"({label} {index})" in task["artifacts"][0]["parts"][0]["text"]
 
 
-@services_only
-def test_each_child_takes_turns(workserve, stored):
-    launcher, web = workserve
-    # Each child has one thread: two turns running at once are on two processes.
-    ids = [send(web, "progress", f"slow {n}", returnImmediately=True)["id"] for n in range(2)]
+@pytest.fixture
+def slow_agent(stored) -> str:
+    """A public agent whose turns take SLOW_TURN seconds (tests.handlers.SleeperExecutor)."""
+    Agent.objects.update_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="workserve-slow",
+        defaults={
+            "name": "Slow",
+            "handler": "sleeper",
+            "config": {"seconds": SLOW_TURN},
+            "visibility": "public",
+        },
+    )
+    return "workserve-slow"
+
+
+def assert_two_turns_at_once(web, agent: str) -> None:
+    """Two slow turns run side by side: with one thread a child, on two worker processes."""
+    ids = [send(web, agent, f"slow {n}", returnImmediately=True)["id"] for n in range(2)]
 
     def both_running() -> bool:
         states = set(Task.objects.filter(id__in=ids).values_list("state", flat=True))
         assert TaskState.COMPLETED not in states, "a turn ended before the other started"
         return states == {TaskState.WORKING}
 
-    wait_for(both_running, "two turns running at once", timeout=20)
+    wait_for(both_running, "two turns running at once", timeout=SLOW_TURN * 3)
     wait_for(
         lambda: Task.objects.filter(id__in=ids, state=TaskState.COMPLETED).count() == 2,
         "both turns to complete",
     )
+
+
+@services_only
+def test_each_child_takes_turns(workserve, slow_agent):
+    launcher, web = workserve
+    assert_two_turns_at_once(web, slow_agent)
     assert len(children(launcher.popen.pid)) == PROCESSES
 
 
 @services_only
-def test_a_killed_child_is_replaced_and_turns_go_on(workserve):
+def test_a_killed_child_is_replaced_and_turns_go_on(workserve, slow_agent):
     launcher, web = workserve
     before = children(launcher.popen.pid)
     os.kill(before[0], signal.SIGKILL)
@@ -94,7 +119,9 @@ def test_a_killed_child_is_replaced_and_turns_go_on(workserve):
     wait_for(lambda: launcher.output().count("ready.") == PROCESSES + 1, "a new child to be ready")
     now = children(launcher.popen.pid)
     assert before[1] in now and before[0] not in now and len(now) == PROCESSES
-    assert_echoes(web, 6, "after kill")
+    # The new child takes turns too: the survivor alone could not run two at once.
+    assert_two_turns_at_once(web, slow_agent)
+    assert_echoes(web, 2, "after kill")
 
 
 @services_only
@@ -123,3 +150,21 @@ def test_the_embedded_default_refuses(settings):
     settings.EMBEDDED_WORKER = True
     with pytest.raises(CommandError, match="set REDIS_URL"):
         call_command("workserve")
+
+
+@pytest.mark.parametrize("option", ["--processes", "--concurrency"])
+def test_zero_processes_or_threads_is_an_error(settings, option):
+    settings.EMBEDDED_WORKER = False
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("workserve", option, "0")
+
+
+def test_the_threads_are_shared_out_and_add_up(settings):
+    settings.WORKER_THREADS = 8
+    assert [threads_of(slot, 3) for slot in range(3)] == [3, 3, 2]
+    assert [threads_of(slot, 2) for slot in range(2)] == [4, 4]
+    settings.WORKER_PROCESSES = 0
+    # Never more processes than threads, whatever the CPUs.
+    assert 1 <= default_processes() <= 8
+    settings.WORKER_THREADS = 1
+    assert default_processes() == 1

@@ -55,7 +55,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, host, port, processes, proxy_headers, **options):
-        processes = processes or default_processes()
+        processes = default_processes() if processes is None else processes
         if processes < 1:
             raise CommandError("--processes must be at least 1")
         try:

@@ -8,8 +8,9 @@ four threads, against one of eight, took blocking sends at c=8 from 1.44x to
 (bench/README.md). Workers keep nothing of their own (a turn's lease is a
 row), so this command only starts them and keeps them running:
 
-- PROCESSES children (WORKER_PROCESSES, else one per CPU), with the
-  WORKER_THREADS turn threads shared out among them (--concurrency each);
+- PROCESSES children (WORKER_PROCESSES, else one per CPU, at most
+  WORKER_THREADS), with the WORKER_THREADS turn threads shared out among
+  them, or --concurrency threads each;
 - each child is `celery worker --pool threads`, as the compose file runs one,
   with a node name of its own, and any further arguments after `--`;
 - a child that exits is started again; the turn it was running comes back
@@ -31,12 +32,17 @@ from a2a_platform.supervisor import Supervisor
 
 
 def default_processes() -> int:
-    return settings.WORKER_PROCESSES or os.cpu_count() or 1
+    """WORKER_PROCESSES, else one per CPU this process may run on, never more than WORKER_THREADS."""
+    if settings.WORKER_PROCESSES:
+        return settings.WORKER_PROCESSES
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, settings.WORKER_THREADS))
 
 
-def threads_per_process(processes: int) -> int:
-    """WORKER_THREADS shared out among `processes`, at least one each."""
-    return max(1, settings.WORKER_THREADS // processes)
+def threads_of(slot: int, processes: int) -> int:
+    """Slot `slot`'s share of WORKER_THREADS among `processes`: the first slots take the remainder."""
+    share, rest = divmod(settings.WORKER_THREADS, processes)
+    return max(1, share + (1 if slot < rest else 0))
 
 
 class Command(BaseCommand):
@@ -53,7 +59,7 @@ class Command(BaseCommand):
             "--concurrency",
             type=int,
             default=None,
-            help="turn threads per process (default: WORKER_THREADS shared out among the processes)",
+            help="turn threads of each process (default: WORKER_THREADS shared out among the processes)",
         )
         parser.add_argument("--loglevel", default="INFO")
         parser.add_argument(
@@ -72,27 +78,27 @@ class Command(BaseCommand):
                 "workserve runs services mode's workers: set REDIS_URL (and DATABASE_URL); "
                 "the embedded default runs its turns inside `manage.py serve`"
             )
-        processes = processes or default_processes()
-        concurrency = concurrency or threads_per_process(processes)
-        if processes < 1 or concurrency < 1:
+        processes = default_processes() if processes is None else processes
+        if processes < 1 or (concurrency is not None and concurrency < 1):
             raise CommandError("--processes and --concurrency must be at least 1")
         extra = celery_args[1:] if celery_args[:1] == ["--"] else celery_args
+        threads = [concurrency or threads_of(slot, processes) for slot in range(processes)]
         self.stdout.write(
-            f"Workers: {processes} Celery worker processes of {concurrency} threads "
+            f"Workers: {processes} Celery worker processes of {'/'.join(map(str, threads))} threads "
             f"on queue {settings.CELERY_TASK_DEFAULT_QUEUE}"
         )
         self.stdout.flush()
-        start = _worker_starter(concurrency, loglevel, extra)
+        start = _worker_starter(threads, loglevel, extra)
         Supervisor(processes, start, "Worker process", stop_timeout).run()
 
 
-def _worker_starter(concurrency: int, loglevel: str, extra: list[str]):
-    """Starts the Celery worker of a slot, named after the slot and this launcher."""
+def _worker_starter(threads: list[int], loglevel: str, extra: list[str]):
+    """Starts the Celery worker of a slot with its threads, named after the slot and this launcher."""
     launcher = os.getpid()
 
     def start(slot: int, preexec_fn) -> subprocess.Popen:
         command = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
-        command += ["--concurrency", str(concurrency), "--loglevel", loglevel]
+        command += ["--concurrency", str(threads[slot]), "--loglevel", loglevel]
         # A node name of its own: Celery warns of, and its remote control mixes up, namesakes.
         command += ["-n", f"worker{slot + 1}-{launcher}@%h", *extra]
         return subprocess.Popen(command, cwd=settings.BASE_DIR, preexec_fn=preexec_fn)

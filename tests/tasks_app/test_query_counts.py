@@ -73,6 +73,23 @@ def _send(caller: Caller, text: str = "count me", idempotency_key: str = "", **m
     return message_send(caller, pb.SendMessageRequest(message=message), idempotency_key=idempotency_key)
 
 
+def _add_history(caller: Caller, task, count: int) -> None:
+    """`count` agent messages more in the task's history, in bulk, all with one created_at (as a batch)."""
+    now = timezone.now()
+    Message.objects.bulk_create(
+        Message(
+            tenant=caller.tenant,
+            task=task,
+            context=task.context,
+            message_id=f"bulk-{uuid.uuid4()}",
+            role=Message.Role.AGENT,
+            parts=[{"text": f"message {n}"}],
+            created_at=now,
+        )
+        for n in range(count)
+    )
+
+
 def _in_rollback(work):
     try:
         with transaction.atomic():
@@ -192,19 +209,7 @@ def test_get_task_costs_the_same_whatever_the_history(stored, history):
 
     def work():
         outcome = _send(caller)
-        now = timezone.now()
-        Message.objects.bulk_create(
-            Message(
-                tenant=caller.tenant,
-                task=outcome.task,
-                context=outcome.task.context,
-                message_id=f"bulk-{uuid.uuid4()}",
-                role=Message.Role.AGENT,
-                parts=[{"text": f"message {n}"}],
-                created_at=now,
-            )
-            for n in range(history - 1)
-        )
+        _add_history(caller, outcome.task, history - 1)
         with CaptureQueriesContext(connection) as queries:
             answer = task_get(caller, str(outcome.task.pk))
         counts[history] = len(_statements(queries))

@@ -25,7 +25,7 @@ from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.services import task_cancel, task_get
 from tasks_app.turns import _prepare, events_store, turn_claim
-from tests.tasks_app.test_query_counts import Collecting, _caller, _in_rollback, _send
+from tests.tasks_app.test_query_counts import Collecting, _add_history, _caller, _in_rollback, _send
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="query plans are PostgreSQL's (services mode)"
@@ -170,19 +170,7 @@ def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
 
     def work():
         outcome = _send(caller)
-        now = timezone.now()
-        Message.objects.bulk_create(
-            Message(
-                tenant=caller.tenant,
-                task=outcome.task,
-                context=outcome.task.context,
-                message_id=str(uuid.uuid4()),
-                role=Message.Role.AGENT,
-                parts=[{"text": f"message {n}"}],
-                created_at=now,
-            )
-            for n in range(LONG_HISTORY)
-        )
+        _add_history(caller, outcome.task, LONG_HISTORY)
         with connection.execute_wrapper(capture):
             answer = task_get(caller, str(outcome.task.pk))
         [(statement, params)] = ran

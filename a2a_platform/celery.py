@@ -5,7 +5,7 @@ import os
 from collections.abc import Mapping
 from functools import cached_property
 
-from celery import Celery
+from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "a2a_platform.settings")
@@ -42,6 +42,21 @@ class _CelerySettings(Mapping):
 app = Celery("a2a_platform")
 app.config_from_object(_CelerySettings(), namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.task_prerun.connect
+def _connection_checked_if_idle(**kwargs) -> None:
+    from tasks_app.db import job_started
+
+    job_started()
+
+
+@signals.task_postrun.connect
+def _connection_kept_unless_broken(**kwargs) -> None:
+    # In place of the Django fixup's close after every job (CELERY_DB_REUSE_MAX, settings.py).
+    from tasks_app.db import job_ended
+
+    job_ended()
 
 
 def _on_a_live_channel(method, what: str):

@@ -199,6 +199,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A worker thread keeps its database connection from job to job (an agent turn's
+# database calls run on its thread: tasks_app/engine.py). Celery's Django fixup
+# would close it around every job, CONN_MAX_AGE=0 counting it obsolete, and each
+# turn would check one out of the pool again; a2a_platform/celery.py closes one
+# a job left broken instead.
+CELERY_DB_REUSE_MAX = 1_000_000_000
 # Workers outlive broker outages: reconnect forever, at start and later. A turn
 # that runs keeps running through an outage (it writes to the database, not to
 # the broker), so a lost connection does not cancel it.

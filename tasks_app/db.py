@@ -16,6 +16,10 @@ for being unreachable is dropped, so the next call connects again.
 
 No transaction spans two calls: each function passed here opens and commits
 its own.
+
+On a worker thread's own loop (tasks_app.engine.run_here: an agent turn), a
+call runs on that thread instead, with its connection: the turn waits for it
+either way, and no hand-over to another thread is paid.
 """
 
 import asyncio
@@ -27,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
+
+from tasks_app import engine
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -60,9 +66,32 @@ def _call(fn, args, kwargs):
         _last_used.at = time.monotonic()
 
 
+def job_started() -> None:
+    """Before a worker job: its thread's kept connection is checked first if it sat idle (as _call does)."""
+    if time.monotonic() - getattr(_last_used, "at", 0.0) > HEALTH_CHECK_AFTER:
+        connections["default"].health_check_done = False
+
+
+def job_ended() -> None:
+    """After a worker job: close the thread's connection if the job left it broken, else keep it."""
+    _last_used.at = time.monotonic()
+    connection = connections["default"]
+    if connection.connection is None:
+        return
+    if not connection.get_autocommit():
+        connection.close()  # a transaction left open: never carry it into the next job
+    elif connection.errors_occurred:
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
+
+
 async def db(fn, /, *args, **kwargs):
     """Run fn(*args, **kwargs) on a database thread and return its result."""
     loop = asyncio.get_running_loop()
+    if engine.driving(loop):
+        return await engine.call_here(_call, fn, args, kwargs)
     # In the caller's context: its log lines carry the caller's request or task id.
     context = contextvars.copy_context()
     return await loop.run_in_executor(executor(), context.run, functools.partial(_call, fn, args, kwargs))

@@ -91,8 +91,15 @@ async def publish(messages: list[tuple[str, dict]]) -> None:
 
 
 def publish_soon(messages: list[tuple[str, dict]]) -> None:
-    """From synchronous code: publish on the process's engine loop without waiting."""
-    engine.fire(publish(messages), "publish")
+    """From synchronous code: publish without waiting.
+
+    On the loop of the worker thread that runs this turn, if there is one
+    (engine.run_here publishes before the thread takes its next job); else
+    on the process's engine loop.
+    """
+    coro = publish(messages)
+    if not engine.fire_here(coro):
+        engine.fire(coro, "publish")
 
 
 def publish_tenant(tenant_pk, message: dict) -> None:

@@ -133,8 +133,8 @@ def turn_claim(message_pk: int) -> bool:
 
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
-    """Run one turn from a worker thread: claim it and run it on the engine loop, and wait."""
-    engine.run(turn_drive(task_id, message_pk))
+    """Run one turn on this worker thread: claim it and run it on the thread's own loop."""
+    engine.run_here(turn_drive(task_id, message_pk))
 
 
 @dataclass

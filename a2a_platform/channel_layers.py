@@ -24,11 +24,19 @@ taking one costs no round trip, and releasing it leaves nothing behind.
 
 import asyncio
 import functools
+import logging
 import uuid
 
 from channels.layers import InMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, _async_proxy
 from channels_redis.utils import _wrap_close
+
+logger = logging.getLogger(__name__)
+
+
+def _log_lost(future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("A message for a channel of another loop was lost: %r", future.exception())
 
 
 class InProcessChannelLayer(InMemoryChannelLayer):
@@ -44,8 +52,12 @@ class InProcessChannelLayer(InMemoryChannelLayer):
         loop = self._receive_loops.get(channel)
         if loop is None or loop.is_closed() or loop is asyncio.get_running_loop():
             return await super().send(channel, message)
+        # Handed over without waiting for it: the receiver's loop may be a worker
+        # thread's, paused while its thread runs a database call or between two of
+        # its turns (tasks_app/engine.py run_here). Sends to one channel still
+        # arrive in order (call_soon_threadsafe is first in, first out).
         future = asyncio.run_coroutine_threadsafe(super().send(channel, message), loop)
-        await asyncio.wrap_future(future)
+        future.add_done_callback(_log_lost)
 
     async def group_discard(self, group, channel):
         await super().group_discard(group, channel)

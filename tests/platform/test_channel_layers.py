@@ -81,3 +81,29 @@ def test_in_process_member_channels_leave_nothing_behind():
         assert layer._receive_loops == {}
 
     asyncio.run(scenario())
+
+
+def test_in_process_send_to_a_paused_loop_does_not_wait_for_it():
+    # A turn's watcher receives on its worker thread's loop, which pauses while the
+    # thread runs a database call and between turns (tasks_app/engine.py run_here).
+    layer = InProcessChannelLayer()
+    worker_loop = asyncio.new_event_loop()
+
+    async def listen() -> asyncio.Task:
+        channel = await layer.member_channel()
+        await layer.group_add("watchers", channel)
+        receiving = asyncio.ensure_future(layer.receive(channel))
+        await asyncio.sleep(0)  # the receive has started: its loop is known
+        return receiving
+
+    try:
+        receiving = worker_loop.run_until_complete(listen())  # ... and now the loop is paused
+
+        async def send() -> None:
+            await asyncio.wait_for(layer.group_send("watchers", EVENTS), timeout=2.0)
+
+        asyncio.run(send())
+        # Delivered once the worker's loop goes on.
+        assert worker_loop.run_until_complete(asyncio.wait_for(receiving, timeout=2.0)) == EVENTS
+    finally:
+        worker_loop.close()

@@ -46,17 +46,17 @@ app.autodiscover_tasks()
 
 @signals.task_prerun.connect
 def _connection_checked_if_idle(**kwargs) -> None:
-    from tasks_app.db import job_started
+    from tasks_app.db import connection_checked_if_idle
 
-    job_started()
+    connection_checked_if_idle()
 
 
 @signals.task_postrun.connect
-def _connection_kept_unless_broken(**kwargs) -> None:
-    # In place of the Django fixup's close after every job (CELERY_DB_REUSE_MAX, settings.py).
-    from tasks_app.db import job_ended
+def _connection_dropped_if_broken(**kwargs) -> None:
+    # In place of the Django fixup's close around every job (CELERY_DB_REUSE_MAX, settings.py).
+    from tasks_app.db import connection_dropped_if_broken
 
-    job_ended()
+    connection_dropped_if_broken()
 
 
 def _on_a_live_channel(method, what: str):

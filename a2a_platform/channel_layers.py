@@ -25,8 +25,11 @@ taking one costs no round trip, and releasing it leaves nothing behind.
 import asyncio
 import functools
 import logging
+import threading
+import time
 import uuid
 
+from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, _async_proxy
 from channels_redis.utils import _wrap_close
@@ -43,6 +46,32 @@ class InProcessChannelLayer(InMemoryChannelLayer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._receive_loops: dict[str, asyncio.AbstractEventLoop] = {}
+        # Groups are joined, left and sent to from every loop of the process (the
+        # web's, each worker thread's) at once: Channels' layer iterates them
+        # unguarded ("dictionary changed size during iteration").
+        self._groups_lock = threading.Lock()
+
+    def _clean_expired(self):
+        with self._groups_lock:
+            super()._clean_expired()
+
+    async def group_add(self, group, channel):
+        self.require_valid_group_name(group)
+        self.require_valid_channel_name(channel)
+        with self._groups_lock:
+            self.groups.setdefault(group, {})[channel] = time.time()
+
+    async def group_send(self, group, message):
+        assert isinstance(message, dict), "Message is not a dict"
+        self.require_valid_group_name(group)
+        self._clean_expired()
+        with self._groups_lock:
+            members = list(self.groups.get(group, ()))
+        for channel in members:
+            try:
+                await self.send(channel, message)
+            except ChannelFull:
+                pass
 
     async def receive(self, channel):
         self._receive_loops[channel] = asyncio.get_running_loop()
@@ -60,7 +89,14 @@ class InProcessChannelLayer(InMemoryChannelLayer):
         future.add_done_callback(_log_lost)
 
     async def group_discard(self, group, channel):
-        await super().group_discard(group, channel)
+        self.require_valid_channel_name(channel)
+        self.require_valid_group_name(group)
+        with self._groups_lock:
+            members = self.groups.get(group)
+            if members is not None:
+                members.pop(channel, None)
+                if not members:
+                    self.groups.pop(group, None)
         self._receive_loops.pop(channel, None)
 
     async def member_channel(self) -> str:

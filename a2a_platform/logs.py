@@ -5,8 +5,9 @@ ProcessorFormatter renders the records (settings.LOGGING) and adds what is
 bound in the context: the request id on every line of a request (bound here,
 by RequestIdMiddleware) and the task id on every line of a turn or push
 delivery (bound by tasks_app). Context variables follow the work onto the
-database threads (tasks_app/db.py) and the engine loop, so a line written
-there carries the ids too. A call may add fields of its own with `extra=`.
+database threads (tasks_app/db.py), the engine loop and a turn's database
+calls (tasks_app/engine.py), so a line written there carries the ids too. A
+call may add fields of its own with `extra=`.
 """
 
 import logging

@@ -201,9 +201,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # A worker thread keeps its database connection from job to job (an agent turn's
 # database calls run on its thread: tasks_app/engine.py). Celery's Django fixup
-# would close it around every job, CONN_MAX_AGE=0 counting it obsolete, and each
-# turn would check one out of the pool again; a2a_platform/celery.py closes one
-# a job left broken instead.
+# closes every connection before and after every job unless this is set, and then
+# only every 2 x N jobs: each turn would check one out of the pool again.
+# a2a_platform/celery.py checks one that sat idle and closes one a job left broken.
+# Each worker thread holds one connection of its process's pool for good: keep
+# DB_POOL_MAX above the worker's threads plus A2A_DB_THREADS.
 CELERY_DB_REUSE_MAX = 1_000_000_000
 # Workers outlive broker outages: reconnect forever, at start and later. A turn
 # that runs keeps running through an outage (it writes to the database, not to

@@ -1,25 +1,24 @@
-"""Database work for async code, on a pool of threads of its own.
+"""Database work for async code, and the connections of the threads that do it.
 
 asgiref's thread-sensitive sync_to_async runs every call of a request (or of
 a whole worker process, outside a request) on one thread, one call at a time:
-under load the database work of unrelated requests and turns queued behind
-each other. Calls made through `db()` run on any free thread of a bounded
-pool instead.
+under load the database work of unrelated requests queued behind each other.
+Calls made through `db()` run on any free thread of a bounded pool instead;
+on a worker thread's own loop (tasks_app.engine.run_here: an agent turn) they
+run on that thread, between two steps of its loop: the turn waits for them
+either way, and no hand-over to another thread is paid.
 
 Each of those threads keeps its connection from call to call (checked out of
-the psycopg pool once, or a persistent SQLite connection): handing it back
-and checking one out again around every call cost a health-check round trip
-and the pool's bookkeeping each time, twice per request and twice per turn.
-A connection that sat idle for HEALTH_CHECK_AFTER seconds is checked before
-it is used (it may have died with a database restart), and one that failed
-for being unreachable is dropped, so the next call connects again.
+the psycopg pool once, or a persistent SQLite connection), and a worker
+thread keeps its own from job to job: handing it back and checking one out
+again around every call cost a health-check round trip and the pool's
+bookkeeping each time, twice per request. A connection that sat idle for
+HEALTH_CHECK_AFTER seconds is checked before it is used (it may have died
+with a database restart), and one that failed for being unreachable is
+dropped, so the next call connects again.
 
 No transaction spans two calls: each function passed here opens and commits
 its own.
-
-On a worker thread's own loop (tasks_app.engine.run_here: an agent turn), a
-call runs on that thread instead, with its connection: the turn waits for it
-either way, and no hand-over to another thread is paid.
 """
 
 import asyncio
@@ -51,11 +50,23 @@ def executor() -> ThreadPoolExecutor:
     return _executor
 
 
+def _checked_if_idle(connection) -> None:
+    """Close this thread's connection if it sat idle for HEALTH_CHECK_AFTER and no longer works.
+
+    One round trip, only after an idle spell. Not Django's CONN_HEALTH_CHECKS:
+    for a pooled PostgreSQL connection that check does nothing (it trusts the
+    pool, which checks a connection only as it hands it out, and these threads
+    keep theirs).
+    """
+    if connection.connection is None:
+        return
+    if time.monotonic() - getattr(_last_used, "at", 0.0) > HEALTH_CHECK_AFTER and not connection.is_usable():
+        connection.close()
+
+
 def _call(fn, args, kwargs):
     connection = connections["default"]
-    if time.monotonic() - getattr(_last_used, "at", 0.0) > HEALTH_CHECK_AFTER:
-        # Django checks it (one round trip) as the next cursor is opened.
-        connection.health_check_done = False
+    _checked_if_idle(connection)
     try:
         return fn(*args, **kwargs)
     except UNAVAILABLE_ERRORS:
@@ -66,14 +77,18 @@ def _call(fn, args, kwargs):
         _last_used.at = time.monotonic()
 
 
-def job_started() -> None:
-    """Before a worker job: its thread's kept connection is checked first if it sat idle (as _call does)."""
-    if time.monotonic() - getattr(_last_used, "at", 0.0) > HEALTH_CHECK_AFTER:
-        connections["default"].health_check_done = False
+def connection_checked_if_idle() -> None:
+    """Before a worker job: the connection its thread kept is checked first if it sat idle (as _call's)."""
+    _checked_if_idle(connections["default"])
 
 
-def job_ended() -> None:
-    """After a worker job: close the thread's connection if the job left it broken, else keep it."""
+def connection_dropped_if_broken() -> None:
+    """After a worker job: close the thread's connection if the job left it broken; keep it otherwise.
+
+    What Django's close_if_unusable_or_obsolete does at the end of a request,
+    but for age: with the pool (CONN_MAX_AGE=0) every connection counts as
+    obsolete, and the thread would check one out again for its next job.
+    """
     _last_used.at = time.monotonic()
     connection = connections["default"]
     if connection.connection is None:
@@ -88,9 +103,9 @@ def job_ended() -> None:
 
 
 async def db(fn, /, *args, **kwargs):
-    """Run fn(*args, **kwargs) on a database thread and return its result."""
+    """Run fn(*args, **kwargs) on a database thread (a turn: on its own thread) and return its result."""
     loop = asyncio.get_running_loop()
-    if engine.driving(loop):
+    if engine.drives(loop):
         return await engine.call_here(_call, fn, args, kwargs)
     # In the caller's context: its log lines carry the caller's request or task id.
     context = contextvars.copy_context()

@@ -14,6 +14,12 @@ between threads a turn cost when it ran on the engine loop and its database
 calls on a pool (Celery thread to engine loop, to a database thread and back,
 twice), about a tenth of a worker's CPU per turn.
 
+The price: while a database call runs, the rest of its turn (the watcher of
+its lease, time limit and cancel, the agent's own I/O) waits too, where the
+pool let them go on. A turn's calls are short transactions; one that waits
+on the database (an outage: DB_POOL_TIMEOUT for a connection) delays the
+turn's watcher by as much, and the turn is stopped right after.
+
 Agent code must not block either loop (the a2a-sdk contract: execute() is a
 coroutine that awaits, as it is under the SDK's own server). A turn whose
 agent ignores cancellation stays behind on its loop as an abandoned
@@ -80,14 +86,14 @@ class _Driven:
     def settled(self) -> bool:
         return self.main is not None and self.main.done() and not self.fired
 
-    def stop_if_settled(self, _=None) -> None:
+    def stop_if_settled(self) -> None:
         if self.settled():
             self.loop.stop()
 
-    def main_done(self, _) -> None:
-        if self.fired:
-            # A publish stuck on a dead connection must not hold the thread for good.
-            self.grace = self.loop.call_later(FIRED_GRACE, self.cancel_fired)
+    def main_done(self, main: asyncio.Task) -> None:
+        # What was fired, or is fired still (an abandoned coroutine's publish), gets
+        # FIRED_GRACE: a publish stuck on a dead connection must not hold the thread.
+        self.grace = self.loop.call_later(FIRED_GRACE, self.cancel_fired)
         self.stop_if_settled()
 
     def cancel_fired(self) -> None:
@@ -97,6 +103,8 @@ class _Driven:
     def serve_calls(self) -> None:
         while self.calls:
             context, fn, args, future = self.calls.popleft()
+            if future.cancelled():
+                continue  # its caller gave up before it ran (as run_in_executor drops it)
             try:
                 result = context.run(fn, *args)
             except Exception as exc:
@@ -118,18 +126,23 @@ def run_here(coro):
     hears it before this thread takes its next job. Not reentrant, and not for
     the engine loop's thread.
     """
+    if getattr(_here, "driving", False):
+        coro.close()
+        raise RuntimeError("run_here() is running on this thread already")
     driven = getattr(_here, "driven", None)
-    if driven is None or driven.loop.is_closed():
+    if driven is None:
         driven = _here.driven = _Driven()
     driven.main = driven.loop.create_task(coro)
     driven.main.add_done_callback(driven.main_done)
     _here.driving = True
+    ended = False
     try:
         while True:
             # Returns when a call is queued (call_here stops it) or all is done.
             driven.loop.run_forever()
             driven.serve_calls()
             if driven.settled():
+                ended = True
                 return driven.main.result()
     finally:
         _here.driving = False
@@ -137,9 +150,16 @@ def run_here(coro):
         if driven.grace is not None:
             driven.grace.cancel()
             driven.grace = None
+        if not ended:
+            # Out by an exception of the thread's own (KeyboardInterrupt, SystemExit):
+            # nothing of this turn may run, or write, during the thread's next one.
+            _here.driven = None
+            for task in asyncio.all_tasks(driven.loop):
+                task.cancel()
+            driven.loop.close()
 
 
-def driving(loop: asyncio.AbstractEventLoop) -> bool:
+def drives(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether `loop` is the one this thread drives (run_here): call_here may be used on it."""
     driven = getattr(_here, "driven", None)
     return driven is not None and driven.loop is loop and getattr(_here, "driving", False)

@@ -2,7 +2,8 @@
 
 A turn is started by a user message. A worker claims it with a conditional
 UPDATE that counts an attempt and takes a lease (a redelivered job finds it
-claimed and returns), then runs it on the process's engine loop: it builds
+claimed and returns), then runs it on its thread's own loop (engine.run_here,
+its database calls on that thread): it builds
 the a2a-sdk RequestContext and runs the handler's AgentExecutor.execute()
 with a TurnEventQueue.
 
@@ -17,8 +18,8 @@ elsewhere) writes nothing more.
 While the agent runs, a watcher renews the lease every A2A_TURN_HEARTBEAT
 seconds, listens for the task's cancellation, and stops the turn at the
 agent's time limit. A stopped agent gets STOP_TIMEOUT seconds to let go of
-its cancellation; one that swallows it is abandoned on the engine loop, and
-the worker thread is free again.
+its cancellation; one that swallows it is abandoned on its thread's loop,
+and the worker thread is free again.
 
 A turn run again (attempt 2 or later, after its worker was lost) first undoes
 what the lost attempt wrote to the task (its agent messages and artifact
@@ -143,7 +144,7 @@ class _Claim:
 
 
 def _claim_and_prepare(task_pk, message_pk: int, claim: _Claim):
-    """Claim the turn and set it up, in one trip to a database thread; None if there is nothing to run.
+    """Claim the turn and set it up, in one database call; None if there is nothing to run.
 
     The claim is made once: a try again after an outage (`_retrying`) finds it held.
     """

@@ -4,7 +4,7 @@ A turn runs on a loop its worker thread drives; its database calls
 (tasks_app.db.db) run on that thread, between two steps of the loop, and
 what it fires (the publishes of its batches) is done before the thread takes
 its next job. The thread keeps its database connection from job to job and
-drops one a job left broken (tasks_app.db.job_ended).
+checks one that sat idle and drops one a job left broken.
 """
 
 import asyncio
@@ -14,10 +14,12 @@ import time
 
 import psycopg
 import pytest
+from celery.fixups.django import DjangoWorkerFixup
 from django.db import OperationalError, connection
 
+from a2a_platform.celery import app as celery_app
 from tasks_app import engine
-from tasks_app.db import db, job_ended, job_started
+from tasks_app.db import HEALTH_CHECK_AFTER, connection_checked_if_idle, connection_dropped_if_broken, db
 from tenants.models import Tenant
 from tests.conftest import SERVICES_MODE
 
@@ -113,40 +115,76 @@ def test_a_stuck_publish_does_not_hold_the_thread(stored, monkeypatch):
     assert outcome == ["given up"]
 
 
+def test_celerys_django_fixup_leaves_a_worker_threads_connection_open(stored):
+    # CELERY_DB_REUSE_MAX: the fixup's close around every job is off.
+    fixup = DjangoWorkerFixup(celery_app)
+
+    def job() -> bool:
+        Tenant.objects.count()
+        kept = connection.connection
+        fixup.close_database()
+        return kept is not None and connection.connection is kept
+
+    assert on_a_worker_thread(job)
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def terminate(pid: int) -> None:
+    """End a server process of the test database, as a database restart would, and wait for it to go."""
+    params = connection.get_connection_params()
+    with psycopg.connect(**{**params, "autocommit": True}) as other:
+        assert other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid]).fetchone()[0]
+
+
 @services_only
 def test_a_worker_thread_keeps_its_connection_between_jobs_and_drops_a_broken_one(stored):
-    def backend_pid() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            return cursor.fetchone()[0]
-
-    def jobs() -> tuple[int, int, bool, int]:
+    def jobs() -> dict:
         async def turn():
             return await db(backend_pid)
 
-        job_started()
-        first = engine.run_here(turn())
-        job_ended()
-        job_started()
-        second = engine.run_here(turn())
-        job_ended()
-        # The connection's server goes away between two jobs (a database restart, say).
-        with psycopg.connect(dsn, autocommit=True) as other:
-            other.execute("SELECT pg_terminate_backend(%s)", [second])
-        job_started()
+        seen = {}
+        connection_checked_if_idle()
+        seen["first"] = engine.run_here(turn())
+        connection_dropped_if_broken()
+        seen["kept"] = connection.connection is not None
+        connection_checked_if_idle()
+        seen["second"] = engine.run_here(turn())
+        connection_dropped_if_broken()
+        # Its server process goes away between two jobs, and the next comes at once.
+        terminate(seen["second"])
+        connection_checked_if_idle()
         with pytest.raises(OperationalError):
             Tenant.objects.count()  # a job that is not a turn: nothing retries it
-        job_ended()
-        dropped = connection.connection is None
-        job_started()
-        third = backend_pid()
-        job_ended()
-        return first, second, dropped, third
+        connection_dropped_if_broken()
+        seen["dropped"] = connection.connection is None
+        connection_checked_if_idle()
+        seen["third"] = backend_pid()
+        connection_dropped_if_broken()
+        return seen
 
-    settings = connection.settings_dict
-    dsn = f"host={settings['HOST'] or '127.0.0.1'} port={settings['PORT'] or 5432} "
-    dsn += f"user={settings['USER']} dbname={settings['NAME']}"
-    first, second, dropped, third = on_a_worker_thread(jobs)
-    assert first == second  # kept: not closed and checked out of the pool again
-    assert dropped  # the broken one is closed after its job ...
-    assert third != second  # ... and the next job works on a new one
+    seen = on_a_worker_thread(jobs)
+    assert seen["kept"] and seen["first"] == seen["second"]  # not closed, not checked out again
+    assert seen["dropped"]  # the broken one is closed after its job ...
+    assert seen["third"] != seen["second"]  # ... and the next job works on a new one
+
+
+@services_only
+def test_a_connection_that_died_while_its_thread_sat_idle_is_replaced_before_the_next_job(stored):
+    def jobs() -> tuple[int, int]:
+        connection_checked_if_idle()
+        before = backend_pid()
+        connection_dropped_if_broken()
+        terminate(before)
+        time.sleep(HEALTH_CHECK_AFTER + 0.2)
+        connection_checked_if_idle()
+        after = backend_pid()  # no error: checked, found dead, replaced
+        connection_dropped_if_broken()
+        return before, after
+
+    before, after = on_a_worker_thread(jobs)
+    assert after != before

@@ -50,14 +50,15 @@ def executor() -> ThreadPoolExecutor:
     return _executor
 
 
-def _checked_if_idle(connection) -> None:
+def connection_checked_if_idle() -> None:
     """Close this thread's connection if it sat idle for HEALTH_CHECK_AFTER and no longer works.
 
-    One round trip, only after an idle spell. Not Django's CONN_HEALTH_CHECKS:
-    for a pooled PostgreSQL connection that check does nothing (it trusts the
-    pool, which checks a connection only as it hands it out, and these threads
-    keep theirs).
+    Before each db() call, and before each worker job. One round trip, only
+    after an idle spell. Not Django's CONN_HEALTH_CHECKS: for a pooled
+    PostgreSQL connection that check does nothing (it trusts the pool, which
+    checks a connection only as it hands it out, and these threads keep theirs).
     """
+    connection = connections["default"]
     if connection.connection is None:
         return
     if time.monotonic() - getattr(_last_used, "at", 0.0) > HEALTH_CHECK_AFTER and not connection.is_usable():
@@ -65,21 +66,15 @@ def _checked_if_idle(connection) -> None:
 
 
 def _call(fn, args, kwargs):
-    connection = connections["default"]
-    _checked_if_idle(connection)
+    connection_checked_if_idle()
     try:
         return fn(*args, **kwargs)
     except UNAVAILABLE_ERRORS:
         # Dead or dying: the next call on this thread connects again.
-        connection.close()
+        connections["default"].close()
         raise
     finally:
         _last_used.at = time.monotonic()
-
-
-def connection_checked_if_idle() -> None:
-    """Before a worker job: the connection its thread kept is checked first if it sat idle (as _call's)."""
-    _checked_if_idle(connections["default"])
 
 
 def connection_dropped_if_broken() -> None:

@@ -28,6 +28,7 @@ coroutine, and goes on only while that thread runs its next turn.
 
 import asyncio
 import contextvars
+import functools
 import logging
 import threading
 from collections import deque
@@ -61,12 +62,13 @@ def run(coro, timeout: float | None = None):
 
 def fire(coro, what: str) -> None:
     """Schedule a coroutine and let it go; a failure is logged, never raised to the caller."""
+    submit(coro).add_done_callback(functools.partial(_log_failure, what))
 
-    def done(future: Future) -> None:
-        if not future.cancelled() and future.exception() is not None:
-            logger.warning("%s failed: %r", what, future.exception())
 
-    submit(coro).add_done_callback(done)
+def _log_failure(what: str, future: Future | asyncio.Future) -> None:
+    """Done callback of something fired: its failure logged."""
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("%s failed: %r", what, future.exception())
 
 
 # How long a finished turn's thread waits for what it fired (a publish) before it gives up on it.
@@ -105,14 +107,11 @@ class _Driven:
             context, fn, args, future = self.calls.popleft()
             if future.cancelled():
                 continue  # its caller gave up before it ran (as run_in_executor drops it)
+            # The loop is stopped while fn runs: nothing can cancel the future meanwhile.
             try:
-                result = context.run(fn, *args)
+                future.set_result(context.run(fn, *args))
             except Exception as exc:
-                if not future.cancelled():
-                    future.set_exception(exc)
-            else:
-                if not future.cancelled():
-                    future.set_result(result)
+                future.set_exception(exc)
 
 
 _here = threading.local()
@@ -126,15 +125,14 @@ def run_here(coro):
     hears it before this thread takes its next job. Not reentrant, and not for
     the engine loop's thread.
     """
-    if getattr(_here, "driving", False):
-        coro.close()
-        raise RuntimeError("run_here() is running on this thread already")
     driven = getattr(_here, "driven", None)
     if driven is None:
         driven = _here.driven = _Driven()
+    elif driven.main is not None:
+        coro.close()
+        raise RuntimeError("run_here() is running on this thread already")
     driven.main = driven.loop.create_task(coro)
     driven.main.add_done_callback(driven.main_done)
-    _here.driving = True
     ended = False
     try:
         while True:
@@ -145,7 +143,6 @@ def run_here(coro):
                 ended = True
                 return driven.main.result()
     finally:
-        _here.driving = False
         driven.main = None
         if driven.grace is not None:
             driven.grace.cancel()
@@ -159,10 +156,16 @@ def run_here(coro):
             driven.loop.close()
 
 
+def _driving() -> _Driven | None:
+    """This thread's own loop while run_here drives it (a main coroutine is set), else None."""
+    driven = getattr(_here, "driven", None)
+    return driven if driven is not None and driven.main is not None else None
+
+
 def drives(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether `loop` is the one this thread drives (run_here): call_here may be used on it."""
-    driven = getattr(_here, "driven", None)
-    return driven is not None and driven.loop is loop and getattr(_here, "driving", False)
+    driven = _driving()
+    return driven is not None and driven.loop is loop
 
 
 async def call_here(fn, *args):
@@ -185,16 +188,15 @@ def fire_here(coro) -> bool:
     For synchronous code run by call_here (an on_commit hook): the coroutine
     runs once the loop goes on, and run_here finishes it before it returns.
     """
-    driven = getattr(_here, "driven", None)
-    if driven is None or not getattr(_here, "driving", False):
+    driven = _driving()
+    if driven is None:
         return False
     task = driven.loop.create_task(coro)
     driven.fired.add(task)
 
     def done(task: asyncio.Task) -> None:
         driven.fired.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("A coroutine fired on a worker thread's loop failed: %r", task.exception())
+        _log_failure("A coroutine fired on a worker thread's loop", task)
         driven.stop_if_settled()
 
     task.add_done_callback(done)

@@ -4,6 +4,8 @@ Each answers None for an agent that does not exist or belongs to another
 tenant, so callers cannot tell those cases apart.
 """
 
+import functools
+
 from agents.models import Agent
 from tenants import sql
 from tenants.access import usable_id
@@ -13,14 +15,33 @@ from tenants.models import Tenant
 def get_enabled_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
     """The agent served at /a2a/<tenant>/<agent>/, with its tenant, or None if it is missing or disabled."""
     # Every A2A request starts here: one hand-written statement (tenants/sql.py).
-    row = sql.fetch_one(
-        f"SELECT {sql.columns(Agent, 'a')}, {sql.columns(Tenant, 't')} "
-        f"FROM {sql.table(Agent)} a JOIN {sql.table(Tenant)} t ON t.id = a.tenant_id "
-        "WHERE t.slug = %s AND a.slug = %s AND a.enabled = %s",
-        [tenant_slug, agent_slug, True],
+    select, joins, where = enabled_agent_sql()
+    params = enabled_agent_params(tenant_slug, agent_slug)
+    row = sql.fetch_one(f"SELECT {select} {joins} WHERE {where}", params)
+    return enabled_agent_of(row) if row is not None else None
+
+
+@functools.cache
+def enabled_agent_sql() -> tuple[str, str, str]:
+    """get_enabled_agent's statement as (columns, FROM clause, WHERE condition).
+
+    For a statement that reads more with the agent (tasks_app.access.get_agent_and_task):
+    the agent's (ag) and its tenant's (tn) columns come first; the parameters are
+    enabled_agent_params.
+    """
+    return (
+        f"{sql.columns(Agent, 'ag')}, {sql.columns(Tenant, 'tn')}",
+        f"FROM {sql.table(Agent)} ag JOIN {sql.table(Tenant)} tn ON tn.id = ag.tenant_id",
+        "tn.slug = %s AND ag.slug = %s AND ag.enabled = %s",
     )
-    if row is None:
-        return None
+
+
+def enabled_agent_params(tenant_slug: str, agent_slug: str) -> list:
+    return [tenant_slug, agent_slug, True]
+
+
+def enabled_agent_of(row) -> Agent:
+    """The agent, with its tenant, of a row whose first columns are enabled_agent_sql()'s."""
     agent, tenant = sql.hydrate_all(row, Agent, Tenant)
     agent.tenant = tenant
     return agent

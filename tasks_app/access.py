@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
+from agents.access import enabled_agent_of, enabled_agent_params, enabled_agent_sql
 from agents.models import Agent
 from tasks_app.models import Artifact, Context, Message, Task
 from tenants import sql
@@ -74,9 +75,9 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
 def get_task_and_artifacts_for_caller(caller: Caller, task_id: str) -> tuple[Task, list[Artifact]] | None:
     """get_task_for_caller and the task's artifacts (oldest first), in one statement: GetTask's read.
 
-    One row per artifact (one with none), each repeating the task's columns;
-    a statement fewer than reading them apart, a round trip to the database
-    of the three a GetTask makes.
+    One row per artifact (one with none), each repeating the task's columns:
+    a statement fewer than reading them apart. For a Call already resolved (a
+    dialect's); the bindings' GetTask reads this with its agent (get_agent_and_task).
     """
     pk = parse_task_uuid(task_id)
     if pk is None:
@@ -85,32 +86,82 @@ def get_task_and_artifacts_for_caller(caller: Caller, task_id: str) -> tuple[Tas
         f"{_task_select(with_artifacts=True)} WHERE t.id = %s ORDER BY a.created_at, a.id",
         [sql.prep(Task, "id", pk)],
     )
-    task = _task_of(rows[0], caller) if rows else None
+    return task_and_artifacts_for_caller(TaskRead(rows, 0), caller)
+
+
+@dataclass(frozen=True)
+class TaskRead:
+    """GetTask's read of a task, not yet checked against a caller.
+
+    The rows of a statement with _task_columns(with_artifacts=True) from column
+    `start`, one per artifact; with NULLs there if no task was found.
+    """
+
+    rows: list
+    start: int
+
+
+def task_and_artifacts_for_caller(read: TaskRead, caller: Caller) -> tuple[Task, list[Artifact]] | None:
+    """The task of a TaskRead and its artifacts (oldest first), or None: not found, or not the caller's."""
+    task = _task_of(read.rows[0], caller, read.start) if read.rows else None
     if task is None:
         return None
-    start = sql.width(Task) + sql.width(Context) + sql.width(Message)
-    artifacts = [sql.hydrate(Artifact, row, start) for row in rows]
+    start = read.start + sql.width(Task) + sql.width(Context) + sql.width(Message)
+    artifacts = [sql.hydrate(Artifact, row, start) for row in read.rows]
     return task, [artifact for artifact in artifacts if artifact is not None]
+
+
+def get_agent_and_task(tenant_slug: str, agent_slug: str, task_id: str) -> tuple[Agent, TaskRead] | None:
+    """The enabled agent at the URL (agents.access.get_enabled_agent) and a task read, in one statement.
+
+    GetTask's whole read but its history: a round trip fewer than looking the
+    agent up first. The task is read by its id alone, whoever's it is (no task
+    for an id that is no UUID); task_and_artifacts_for_caller then checks it
+    against the caller the agent resolves. None: no such agent.
+    """
+    pk = parse_task_uuid(task_id)
+    select, joins, where = enabled_agent_sql()
+    rows = sql.fetch_all(
+        f"SELECT {select}, {_task_columns(True)} {joins} "
+        f"LEFT JOIN {sql.table(Task)} t ON t.id = %s {_task_joins(True)} "
+        f"WHERE {where} ORDER BY a.created_at, a.id",
+        [None if pk is None else sql.prep(Task, "id", pk), *enabled_agent_params(tenant_slug, agent_slug)],
+    )
+    if not rows:
+        return None
+    return enabled_agent_of(rows[0]), TaskRead(rows, sql.width(Agent) + sql.width(Tenant))
 
 
 @functools.cache
 def _task_select(*, with_artifacts: bool) -> str:
     """SELECT a task with its context and status message (and its artifacts), up to the WHERE clause."""
-    select = f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, {sql.columns(Message, 's')}"
-    tables = (
-        f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id "
+    return f"SELECT {_task_columns(with_artifacts)} FROM {sql.table(Task)} t {_task_joins(with_artifacts)}"
+
+
+@functools.cache
+def _task_columns(with_artifacts: bool) -> str:
+    """The task's columns (t), its context's (c) and its status message's (s) (and its artifacts' (a))."""
+    columns = f"{sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, {sql.columns(Message, 's')}"
+    return f"{columns}, {sql.columns(Artifact, 'a')}" if with_artifacts else columns
+
+
+@functools.cache
+def _task_joins(with_artifacts: bool) -> str:
+    """The joins of _task_columns after the task's table (t): outer, as the task may be outer-joined too."""
+    joins = (
+        f"LEFT JOIN {sql.table(Context)} c ON c.id = t.context_id "
         f"LEFT JOIN {sql.table(Message)} s ON s.id = t.status_message_id"
     )
-    if with_artifacts:
-        select += f", {sql.columns(Artifact, 'a')}"
-        tables += f" LEFT JOIN {sql.table(Artifact)} a ON a.task_id = t.id"
-    return f"{select} {tables}"
+    return f"{joins} LEFT JOIN {sql.table(Artifact)} a ON a.task_id = t.id" if with_artifacts else joins
 
 
-def _task_of(row, caller: Caller) -> Task | None:
-    """The task of a _task_select row, with its context and status message, if the caller sees it."""
-    task, context, status_message = sql.hydrate_all(row, Task, Context, Message)
-    if not _visible(task, caller):
+def _task_of(row, caller: Caller, start: int = 0) -> Task | None:
+    """The task of a row with _task_columns from `start`, with its context and status message.
+
+    None if there is none (outer-joined) or the caller may not see it.
+    """
+    task, context, status_message = sql.hydrate_all(row, Task, Context, Message, start=start)
+    if task is None or not _visible(task, caller):
         return None
     task.context, task.status_message = context, status_message
     return task

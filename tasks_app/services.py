@@ -27,7 +27,7 @@ from agents.registry import answers_with_task
 from tasks_app.access import Caller, get_task_and_artifacts_for_caller, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
-from tasks_app.models import Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Artifact, Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
@@ -298,7 +298,11 @@ def _dispatch_after_commit(task: Task, message: Message) -> None:
 
 def task_get(caller: Caller, task_id: str, *, history_length: int | None = None) -> dict:
     # Read once, with its context, status message and artifacts: the snapshot reads only its history.
-    found = get_task_and_artifacts_for_caller(caller, task_id)
+    return task_answer(get_task_and_artifacts_for_caller(caller, task_id), history_length=history_length)
+
+
+def task_answer(found: tuple[Task, list[Artifact]] | None, *, history_length: int | None = None) -> dict:
+    """GetTask's answer for the caller's task read with its artifacts (None: not found or not theirs)."""
     if found is None:
         raise TaskNotFoundError()
     task, artifacts = found

@@ -140,10 +140,10 @@ def hydrate(model: type[Model], row, start: int = 0, names: tuple[str, ...] | No
     return _hydrate(_connection(), model, row, start, names)
 
 
-def hydrate_all(row, *models: type[Model]) -> list[Model | None]:
-    """One instance of each model, from a row that selected their `columns()` one after the other."""
+def hydrate_all(row, *models: type[Model], start: int = 0) -> list[Model | None]:
+    """One instance of each model, from a row that selected their `columns()` in turn from `start`."""
     connection = _connection()
-    found, start = [], 0
+    found = []
     for model in models:
         found.append(_hydrate(connection, model, row, start))
         start += width(model)

@@ -6,8 +6,16 @@ can use them without importing operations.py back.
 
 from dataclasses import dataclass
 
-from tasks_app.access import Caller
+from agents.access import get_enabled_agent
+from agents.models import Agent
+from tasks_app.access import (
+    Caller,
+    get_agent_and_task,
+    get_task_and_artifacts_for_caller,
+    task_and_artifacts_for_caller,
+)
 from tasks_app.db import db
+from tasks_app.models import Artifact, Task
 
 
 @dataclass
@@ -23,6 +31,42 @@ class Call:
     def resolve(self) -> "Call":
         """Already resolved: itself (a PendingCall's resolve() looks its agent up)."""
         return self
+
+    def resolve_with_task(self, task_id: str) -> tuple["Call", tuple[Task, list[Artifact]] | None]:
+        """Itself, and the caller's task with its artifacts (get_task_and_artifacts_for_caller) or None."""
+        return self, get_task_and_artifacts_for_caller(self.caller, task_id)
+
+
+class Pending:
+    """What the bindings' PendingCalls share (http.py, grpc_binding.py): a Call resolved on a database thread.
+
+    A PendingCall has `tenant_slug` and `agent_slug` and resolves the Call
+    with `resolve_for(agent)`, which raises the binding's refusals (no agent
+    first: agent None).
+    """
+
+    tenant_slug: str
+    agent_slug: str
+
+    def resolve_for(self, agent: Agent | None) -> Call:
+        raise NotImplementedError
+
+    def resolve(self) -> Call:
+        """The Call. Runs on a database thread."""
+        return self.resolve_for(get_enabled_agent(self.tenant_slug, self.agent_slug))
+
+    def resolve_with_task(self, task_id: str) -> tuple[Call, tuple[Task, list[Artifact]] | None]:
+        """The Call, and the caller's task with its artifacts or None: GetTask's read with the agent's.
+
+        One statement for both (access.get_agent_and_task), then the same
+        checks in the same order as resolve() and get_task_and_artifacts_for_caller.
+        """
+        found = get_agent_and_task(self.tenant_slug, self.agent_slug, task_id)
+        if found is None:
+            return self.resolve_for(None), None  # resolve_for raises the binding's "no agent"
+        agent, read = found
+        call = self.resolve_for(agent)
+        return call, task_and_artifacts_for_caller(read, call.caller)
 
 
 def takes_pending_call(operation):

@@ -26,14 +26,14 @@ from google.protobuf import empty_pb2
 from google.protobuf.json_format import ParseDict
 from google.rpc import code_pb2, status_pb2
 
-from agents.access import get_enabled_agent
 from agents.cards import agent_url
+from agents.models import Agent
 from tasks_app import metrics
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT
 from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
-from tasks_app.protocol.call import Call
+from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.errors import StoreUnavailable, grpc_status
 from tasks_app.protocol.http import CALLER_REFUSED, SEND_METHODS, check_version_value_1, idempotency_key_value
 from tasks_app.protocol.validation import check_request
@@ -101,7 +101,7 @@ class Refused(Exception):
 
 
 @dataclass(frozen=True)
-class PendingCall:
+class PendingCall(Pending):
     """A gRPC request's Call, before its agent is looked up: the gRPC twin of http.PendingCall.
 
     resolve() runs on a database thread, in the operation's first trip there
@@ -120,8 +120,7 @@ class PendingCall:
     idempotency_key: str
     base_url: str
 
-    def resolve(self) -> Call:
-        agent = get_enabled_agent(self.tenant_slug, self.agent_slug)
+    def resolve_for(self, agent: Agent | None) -> Call:
         if agent is None:
             # Missing, disabled, or another tenant's: the same answer, which tells nothing.
             raise MethodNotFoundError(message=f"No agent at tenant '{self.tenant}'")

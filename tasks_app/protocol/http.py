@@ -22,7 +22,7 @@ from agents.models import Agent
 from tasks_app.access import Caller
 from tasks_app.db import db
 from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
-from tasks_app.protocol.call import Call
+from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.sse import last_event_id
 from tasks_app.quotas import quota_admit, quota_check
 
@@ -154,7 +154,7 @@ async def call_and_params(request, tenant_slug: str, agent_slug: str, method: st
 
 
 @dataclass(frozen=True)
-class PendingCall:
+class PendingCall(Pending):
     """The Call of a request whose agent is not looked up yet (operations.takes_pending_call).
 
     What find_agent and call_for do, left to the operation's first trip to a
@@ -167,9 +167,7 @@ class PendingCall:
     agent_slug: str
     method: str
 
-    def resolve(self) -> Call:
-        """The Call. Runs on a database thread."""
-        agent = get_enabled_agent(self.tenant_slug, self.agent_slug)
+    def resolve_for(self, agent: Agent | None) -> Call:
         if agent is None:
             raise NoAgent()
         request, method = self.request, self.method

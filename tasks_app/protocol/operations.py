@@ -24,7 +24,7 @@ from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
 from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, send_answer, task_list, with_history_length
-from tasks_app.services import SendOutcome, message_send, task_cancel, task_get
+from tasks_app.services import SendOutcome, message_send, task_answer, task_cancel
 
 logger = logging.getLogger(__name__)
 
@@ -136,10 +136,16 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
     return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
 
 
-@in_one_trip
-def get_task(call: Call, request: pb.GetTaskRequest) -> dict:
+@takes_pending_call
+async def get_task(call, request: pb.GetTaskRequest) -> dict:
+    return await db(_get_task, call, request)
+
+
+def _get_task(call, request: pb.GetTaskRequest) -> dict:
+    # The task read with the agent, in one statement: two in all with its page of history.
+    call, found = call.resolve_with_task(request.id)
     check_tenant(call, request)
-    return task_get(call.caller, request.id, history_length=_history_length(request))
+    return task_answer(found, history_length=_history_length(request))
 
 
 @in_one_trip

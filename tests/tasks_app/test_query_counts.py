@@ -15,6 +15,7 @@ from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
 from django.db import connection, transaction
+from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -23,6 +24,8 @@ from agents.registry import build_executor
 from tasks_app.access import Caller
 from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message
+from tasks_app.protocol.http import NoAgent, PendingCall
+from tasks_app.protocol.operations import _get_task
 from tasks_app.selectors import task_snapshot
 from tasks_app.services import message_send, task_get
 from tasks_app.turns import _prepare, events_store, turn_claim
@@ -39,7 +42,8 @@ PREPARE_MAX = 1
 STORE_MAX = 6
 # A later turn of the task: its message with the task, then the task's messages and artifacts.
 PREPARE_LATER_MAX = 3
-# The caller's task (with its context, status message and artifacts), its history page.
+# The caller's task (with its context, status message and artifacts), its history page. Through a
+# binding the agent is read with the task: no statement more.
 GET_MAX = 2
 # A stream's or a waiting caller's look at the log: the task's state with its events after a point.
 LOG_READ_MAX = 1
@@ -263,5 +267,34 @@ def test_a_look_at_the_log_is_one_statement(stored):
         assert events[0][1]["task"]["id"] == str(outcome.task.pk)
         assert _state_and_events_after(outcome.task.pk, 1) == (outcome.task.state, [])
         assert _state_and_events_after(uuid.uuid4(), 0) == (None, [])
+
+    _in_rollback(work)
+
+
+def test_get_task_through_a_binding_reads_the_agent_with_the_task(stored):
+    """A binding's GetTask (a PendingCall) looks its agent up in the task's statement."""
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    anonymous = Caller(tenant=agent.tenant, agent=agent)  # what the public echo agent's callers are
+    request = RequestFactory().post("/a2a/demo/echo/", content_type="application/json")
+
+    def get(task_id: str, agent_slug: str = "echo") -> dict:
+        pending = PendingCall(request, "demo", agent_slug, "GetTask")
+        return _get_task(pending, pb.GetTaskRequest(id=task_id))
+
+    def work():
+        outcome = _send(anonymous)
+        Artifact.objects.create(task=outcome.task, artifact_id="a1", parts=[{"text": "one"}])
+        with CaptureQueriesContext(connection) as queries:
+            answer = get(str(outcome.task.pk))
+        assert len(_statements(queries)) <= GET_MAX, _statements(queries)
+        assert answer == task_snapshot(outcome.task.pk)
+        assert [artifact["artifactId"] for artifact in answer["artifacts"]] == ["a1"]
+        # Another caller's task, an unknown one and a malformed id: not found alike.
+        for task_id in (str(_send(_caller()).task.pk), str(uuid.uuid4()), "not-a-uuid"):
+            with pytest.raises(TaskNotFoundError):
+                get(task_id)
+        # No such agent: "no agent" first, whatever the task.
+        with pytest.raises(NoAgent):
+            get(str(outcome.task.pk), agent_slug="no-such-agent")
 
     _in_rollback(work)

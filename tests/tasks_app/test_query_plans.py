@@ -20,7 +20,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.registry import build_executor
-from tasks_app.access import get_task_for_caller, get_task_for_tenant
+from tasks_app.access import (
+    get_agent_and_task,
+    get_task_for_caller,
+    get_task_for_tenant,
+    task_and_artifacts_for_caller,
+)
 from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.services import task_cancel, task_get
@@ -95,6 +100,9 @@ def _flow(caller) -> None:
     asyncio.run(build_executor(caller.agent).execute(context, queue))
     assert events_store(turn, queue.events, view) == "completed"
     assert task_get(caller, task_pk)["status"]["state"] == "TASK_STATE_COMPLETED"
+    # A binding's GetTask: the task read with its agent (by the agent's slugs, the task's id).
+    agent, read = get_agent_and_task(caller.tenant.slug, caller.agent.slug, task_pk)
+    assert task_and_artifacts_for_caller(read, caller)[0].pk == outcome.task.pk
     # A stream's look at the log, as a resuming subscriber or a waiting caller takes it.
     state, events = _state_and_events_after(outcome.task.pk, 1)
     assert state == TaskState.COMPLETED and len(events) >= 3

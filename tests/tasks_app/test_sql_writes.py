@@ -17,6 +17,8 @@ import pytest
 from django.db import transaction
 from django.db.models.signals import post_init, post_save, pre_init, pre_save
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.models import Agent
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
@@ -84,3 +86,26 @@ def test_json_values_read_fast_are_the_orms_and_never_shared():
     # Each empty container is a new one: changing one changes no other.
     assert sql.json_value("{}") is not sql.json_value("{}")
     assert sql.json_value("[]") is not sql.json_value("[]")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.lists(JSON, max_size=6))
+def test_many_json_texts_decode_at_once_as_each_alone(values):
+    texts = [json.dumps(value) for value in values]
+    assert sql.json_values(texts) == [sql.json_value(text) for text in texts]
+
+
+NOT_JSON = st.sampled_from(["1,2", "[1", "nope", '"a"]["b"'])
+
+
+@given(st.lists(st.one_of(JSON.map(json.dumps), NOT_JSON), max_size=6))
+def test_texts_that_are_not_json_each_are_decoded_one_at_a_time(texts):
+    # A JSONField stores JSON only. Should a text not be, it is kept as it is (json_value) and
+    # does not merge with its neighbours ("1,2" alone is no JSON; joined, it would be two values).
+    assert sql.json_values(texts) == [sql.json_value(text) for text in texts]

@@ -12,6 +12,7 @@ for those rows either.
 
 import json
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from django.db import transaction
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from agents.models import Agent
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
-from tasks_app.protocol.convert import message_dict
+from tasks_app.protocol.convert import message_dict, timestamp
 from tasks_app.selectors import task_snapshot
 from tenants import sql
 
@@ -109,3 +110,13 @@ def test_texts_that_are_not_json_each_are_decoded_one_at_a_time(texts):
     # A JSONField stores JSON only. Should a text not be, it is kept as it is (json_value) and
     # does not merge with its neighbours ("1,2" alone is no JSON; joined, it would be two values).
     assert sql.json_values(texts) == [sql.json_value(text) for text in texts]
+
+
+# Hypothesis takes naive bounds, and gives aware values in the timezones asked for.
+@given(st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))  # noqa: DTZ001
+def test_a_timestamp_is_its_utc_time_to_the_millisecond(value):
+    printed = timestamp(value)
+    assert printed.endswith("Z") and len(printed) == len("2026-12-03T19:04:18.447Z")
+    assert datetime.fromisoformat(printed[:-1] + "+00:00") == value.replace(
+        microsecond=value.microsecond // 1000 * 1000
+    )

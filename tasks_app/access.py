@@ -6,6 +6,12 @@ another agent, or another caller, so callers cannot tell those cases apart
 get_task_for_caller serves the A2A bindings (one agent, one caller), and
 get_task_and_artifacts_for_caller their GetTask; get_task_for_tenant the
 management API and the console (the whole tenant).
+
+get_agent_and_task is the one exception to "checked as it is read": it reads
+the task by its id together with the agent, before the agent (and so the
+caller) is known, and hands the rows back unchecked in a TaskRead. They reach
+an answer only through task_and_artifacts_for_caller, which applies the same
+checks as get_task_and_artifacts_for_caller.
 """
 
 import functools

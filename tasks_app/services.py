@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from agents.approvals import requested_decision
 from agents.registry import answers_with_task
-from tasks_app.access import Caller, get_task_and_artifacts_for_caller, get_task_for_caller
+from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
 from tasks_app.models import Artifact, Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
@@ -294,11 +294,6 @@ def _store_user_message(
 def _dispatch_after_commit(task: Task, message: Message) -> None:
     task_pk, message_pk = task.pk, message.pk
     transaction.on_commit(lambda: turn_dispatch(task_pk, message_pk), robust=True)
-
-
-def task_get(caller: Caller, task_id: str, *, history_length: int | None = None) -> dict:
-    # Read once, with its context, status message and artifacts: the snapshot reads only its history.
-    return task_answer(get_task_and_artifacts_for_caller(caller, task_id), history_length=history_length)
 
 
 def task_answer(found: tuple[Task, list[Artifact]] | None, *, history_length: int | None = None) -> dict:

@@ -4,6 +4,7 @@ Apart from operations.py so that every module of operations (push_operations.py)
 can use them without importing operations.py back.
 """
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from agents.access import get_enabled_agent
@@ -37,7 +38,7 @@ class Call:
         return self, get_task_and_artifacts_for_caller(self.caller, task_id)
 
 
-class Pending:
+class Pending(ABC):
     """What the bindings' PendingCalls share (http.py, grpc_binding.py): a Call resolved on a database thread.
 
     A PendingCall has `tenant_slug` and `agent_slug` and resolves the Call
@@ -48,8 +49,8 @@ class Pending:
     tenant_slug: str
     agent_slug: str
 
-    def resolve_for(self, agent: Agent | None) -> Call:
-        raise NotImplementedError
+    @abstractmethod
+    def resolve_for(self, agent: Agent | None) -> Call: ...
 
     def resolve(self) -> Call:
         """The Call. Runs on a database thread."""

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from agents.access import enabled_agent_sql, get_enabled_agent
+from tests.postgres import numbered_placeholders
 
 
 @pytest.mark.django_db
@@ -26,7 +27,5 @@ def test_a_hot_statement_is_prepared_after_the_threshold():
         prepared = [row[0] for row in cursor.fetchall()]
     # The statement get_enabled_agent sends, as PostgreSQL shows it ($n for %s).
     select, joins, where = enabled_agent_sql()
-    sent = f"SELECT {select} {joins} WHERE {where}"
-    for number in range(1, sent.count("%s") + 1):
-        sent = sent.replace("%s", f"${number}", 1)
+    sent = numbered_placeholders(f"SELECT {select} {joins} WHERE {where}")
     assert sent in prepared, prepared

@@ -77,6 +77,11 @@ def _send(caller: Caller, text: str = "count me", idempotency_key: str = "", **m
     return message_send(caller, pb.SendMessageRequest(message=message), idempotency_key=idempotency_key)
 
 
+def _stored_answer(caller: Caller, task_pk: str) -> dict:
+    """The task as GetTask answers it (no historyLength), read from what is stored."""
+    return task_answer(get_task_and_artifacts_for_caller(caller, task_pk))
+
+
 def _add_history(caller: Caller, task, count: int) -> None:
     """`count` agent messages more in the task's history, in bulk, all with one created_at (as a batch)."""
     now = timezone.now()
@@ -150,7 +155,7 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
             assert events_store(turn, queue.events, view) == "completed"
         assert len(_statements(prepare)) <= PREPARE_MAX, _statements(prepare)
         assert len(_statements(store)) <= STORE_MAX, _statements(store)
-        stored_task = task_answer(get_task_and_artifacts_for_caller(caller, str(outcome.task.pk)))
+        stored_task = _stored_answer(caller, str(outcome.task.pk))
         assert stored_task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert [event.seq for event in outcome.task.events.order_by("seq")] == [1, 2, 3, 4]
 
@@ -199,7 +204,7 @@ def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
             pb.TaskStatusUpdateEvent(task_id=task_pk, status=pb.TaskStatus(state=pb.TASK_STATE_COMPLETED)),
         ]
         assert events_store(turn, changed, view) == "completed"
-        stored_task = task_answer(get_task_and_artifacts_for_caller(caller, task_pk))
+        stored_task = _stored_answer(caller, task_pk)
         assert stored_task["artifacts"][0]["parts"] == [{"text": "v1"}, {"text": "v2"}]
         assert len(stored_task["artifacts"]) == 1
 
@@ -215,7 +220,7 @@ def test_get_task_costs_the_same_whatever_the_history(stored, history):
         outcome = _send(caller)
         _add_history(caller, outcome.task, history - 1)
         with CaptureQueriesContext(connection) as queries:
-            answer = task_answer(get_task_and_artifacts_for_caller(caller, str(outcome.task.pk)))
+            answer = _stored_answer(caller, str(outcome.task.pk))
         counts[history] = len(_statements(queries))
         # historyLength unset: a bounded page of the newest messages.
         assert len(answer["history"]) == min(history, 100)
@@ -242,14 +247,14 @@ def test_get_task_reads_any_number_of_artifacts_with_the_task(stored, artifacts)
                 created_at=start + timedelta(seconds=n)
             )
         with CaptureQueriesContext(connection) as queries:
-            answer = task_answer(get_task_and_artifacts_for_caller(caller, str(outcome.task.pk)))
+            answer = _stored_answer(caller, str(outcome.task.pk))
         assert len(_statements(queries)) <= GET_MAX, _statements(queries)
         listed = [artifact["artifactId"] for artifact in answer.get("artifacts", [])]
         assert listed == names
         assert answer == task_snapshot(outcome.task.pk)
         # Another caller of the same agent finds nothing, as before.
         with pytest.raises(TaskNotFoundError):
-            task_answer(get_task_and_artifacts_for_caller(_caller(), str(outcome.task.pk)))
+            _stored_answer(_caller(), str(outcome.task.pk))
 
     _in_rollback(work)
 

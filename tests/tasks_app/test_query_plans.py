@@ -22,16 +22,23 @@ from django.utils import timezone
 from agents.registry import build_executor
 from tasks_app.access import (
     get_agent_and_task,
-    get_task_and_artifacts_for_caller,
     get_task_for_caller,
     get_task_for_tenant,
     task_and_artifacts_for_caller,
 )
 from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
-from tasks_app.services import task_answer, task_cancel
+from tasks_app.services import task_cancel
 from tasks_app.turns import _prepare, events_store, turn_claim
-from tests.tasks_app.test_query_counts import Collecting, _add_history, _caller, _in_rollback, _send
+from tests.postgres import numbered_placeholders
+from tests.tasks_app.test_query_counts import (
+    Collecting,
+    _add_history,
+    _caller,
+    _in_rollback,
+    _send,
+    _stored_answer,
+)
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="query plans are PostgreSQL's (services mode)"
@@ -100,7 +107,7 @@ def _flow(caller) -> None:
     queue = Collecting()
     asyncio.run(build_executor(caller.agent).execute(context, queue))
     assert events_store(turn, queue.events, view) == "completed"
-    answer = task_answer(get_task_and_artifacts_for_caller(caller, task_pk))
+    answer = _stored_answer(caller, task_pk)
     assert answer["status"]["state"] == "TASK_STATE_COMPLETED"
     # A binding's GetTask: the task read with its agent (by the agent's slugs, the task's id).
     agent, read = get_agent_and_task(caller.tenant.slug, caller.agent.slug, task_pk)
@@ -182,11 +189,9 @@ def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
         outcome = _send(caller)
         _add_history(caller, outcome.task, LONG_HISTORY)
         with connection.execute_wrapper(capture):
-            answer = task_answer(get_task_and_artifacts_for_caller(caller, str(outcome.task.pk)))
+            answer = _stored_answer(caller, str(outcome.task.pk))
         [(statement, params)] = ran
-        numbered = statement
-        for number in range(1, len(params) + 1):
-            numbered = numbered.replace("%s", f"${number}", 1)
+        numbered = numbered_placeholders(statement)
         placeholders = ", ".join(["%s"] * len(params))
         with connection.cursor() as cursor:
             cursor.execute(f"PREPARE history_page AS {numbered}")

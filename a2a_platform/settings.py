@@ -144,10 +144,12 @@ else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "a2a_platform.backends.sqlite3",
             "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")),
             # IMMEDIATE transactions and WAL let the server and the worker threads
             # write without "database is locked" upgrades; the timeout covers bursts.
+            # The backend is Django's, with this process's writers queued on a lock
+            # instead of SQLite's sleeping busy handler (a2a_platform/backends/sqlite3).
             "OPTIONS": {
                 "timeout": 30,
                 "transaction_mode": "IMMEDIATE",

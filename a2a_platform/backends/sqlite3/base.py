@@ -27,7 +27,8 @@ from django.db.backends.sqlite3 import base
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
-# Statements that never write (in autocommit they need no turn at the lock).
+# Statements that take no turn of their own outside a transaction: reads, and transaction
+# control (a transaction takes its turn as it begins: _start_transaction_under_autocommit).
 _READS = ("SELECT", "PRAGMA", "EXPLAIN", "BEGIN", "SAVEPOINT", "RELEASE", "ROLLBACK", "COMMIT")
 
 
@@ -70,20 +71,18 @@ class CursorWrapper(base.SQLiteCursorWrapper):
     turns: WriterTurns
 
     def execute(self, query, params=None):
-        if self.connection.in_transaction or not _writes(query):
-            return super().execute(query, params)
-        self.turns.take()
-        try:
-            return super().execute(query, params)
-        finally:
-            self.turns.give_back()
+        return self._in_turn(query, super().execute, query, params)
 
     def executemany(self, query, param_list):
+        return self._in_turn(query, super().executemany, query, param_list)
+
+    def _in_turn(self, query: str, run, *args):
+        """run(*args); a write outside a transaction waits for its turn at the lock first."""
         if self.connection.in_transaction or not _writes(query):
-            return super().executemany(query, param_list)
+            return run(*args)
         self.turns.take()
         try:
-            return super().executemany(query, param_list)
+            return run(*args)
         finally:
             self.turns.give_back()
 

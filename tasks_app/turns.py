@@ -2,7 +2,8 @@
 
 A turn is started by a user message. A worker claims it with a conditional
 UPDATE that counts an attempt and takes a lease (a redelivered job finds it
-claimed and returns), then runs it on its thread's own loop (engine.run_here,
+claimed and returns; on PostgreSQL the UPDATE and the turn's first read are
+one statement), then runs it on its thread's own loop (engine.run_here,
 its database calls on that thread): it builds
 the a2a-sdk RequestContext and runs the handler's AgentExecutor.execute()
 with a TurnEventQueue.
@@ -115,22 +116,28 @@ class Turn:
 
 
 # --- Claim and run -------------------------------------------------------------
-def turn_claim(message_pk: int) -> bool:
-    """Take a queued turn: count an attempt, hold its lease. False if another worker has it."""
-    now = timezone.now()
-    return bool(
-        sql.execute(
-            f"UPDATE {sql.table(Message)} SET turn = %s, turn_started_at = %s, lease_until = %s, "
-            "turn_attempts = turn_attempts + 1 WHERE id = %s AND turn = %s",
-            [
-                Message.Turn.RUNNING,
-                sql.prep(Message, "turn_started_at", now),
-                sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE)),
-                message_pk,
-                Message.Turn.PENDING,
-            ],
-        )
+def _claim_statement() -> str:
+    return (
+        f"UPDATE {sql.table(Message)} SET turn = %s, turn_started_at = %s, lease_until = %s, "
+        "turn_attempts = turn_attempts + 1 WHERE id = %s AND task_id = %s AND turn = %s"
     )
+
+
+def _claim_params(task_pk, message_pk: int) -> list:
+    now = timezone.now()
+    return [
+        Message.Turn.RUNNING,
+        sql.prep(Message, "turn_started_at", now),
+        sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE)),
+        message_pk,
+        sql.prep(Message, "task", task_pk),
+        Message.Turn.PENDING,
+    ]
+
+
+def turn_claim(task_pk, message_pk: int) -> bool:
+    """Take a queued turn of the task: count an attempt, hold its lease. False if another worker has it."""
+    return bool(sql.execute(_claim_statement(), _claim_params(task_pk, message_pk)))
 
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
@@ -148,11 +155,17 @@ def _claim_and_prepare(task_pk, message_pk: int, claim: _Claim):
 
     The claim is made once: a try again after an outage (`_retrying`) finds it held.
     """
-    if not claim.held:
-        if not turn_claim(message_pk):
+    loaded = None
+    if not claim.held and connection.vendor == "postgresql":
+        # One statement: the claim's UPDATE, and the turn's read of what it claimed.
+        loaded = _load(task_pk, message_pk, claim=claim)
+        if not claim.held:
             return None  # another delivery of this turn got there first
+    elif not claim.held:
+        if not turn_claim(task_pk, message_pk):
+            return None
         claim.held = True
-    return _prepare(task_pk, message_pk)
+    return _prepare(task_pk, message_pk, loaded)
 
 
 async def turn_drive(task_pk, message_pk: int) -> None:
@@ -399,19 +412,32 @@ class TaskView:
         )
 
 
-def _load(task_pk, message_pk: int) -> tuple[Task, TaskView, Message] | None:
-    """The turn's task (with agent, tenant, context), its view, the turn's message; None if it is gone."""
+def _load(task_pk, message_pk: int, *, claim: _Claim | None = None) -> tuple[Task, TaskView, Message] | None:
+    """The turn's task (with agent, tenant, context), its view, the turn's message; None if it is gone.
+
+    With a claim (PostgreSQL only), the turn is claimed in the same statement:
+    a data-modifying WITH whose UPDATE (turn_claim's) gives the message row as
+    claimed, or nothing when it was not there to claim. claim.held tells which,
+    as soon as the statement has run.
+    """
     # One hand-written statement (tenants/sql.py): every turn starts here.
+    params = [message_pk, sql.prep(Message, "task", task_pk)]
+    claiming, source = "", f"{sql.table(Message)} m"
+    if claim is not None:
+        claiming, source = f"WITH m AS ({_claim_statement()} RETURNING *) ", "m"
+        params = [*_claim_params(task_pk, message_pk), *params]
     row = sql.fetch_one(
-        f"SELECT {sql.columns(Message, 'm')}, {sql.columns(Task, 't')}, {sql.columns(Agent, 'a')}, "
+        f"{claiming}SELECT {sql.columns(Message, 'm')}, {sql.columns(Task, 't')}, {sql.columns(Agent, 'a')}, "
         f"{sql.columns(Tenant, 'n')}, {sql.columns(Context, 'c')} "
-        f"FROM {sql.table(Message)} m JOIN {sql.table(Task)} t ON t.id = m.task_id "
+        f"FROM {source} JOIN {sql.table(Task)} t ON t.id = m.task_id "
         f"JOIN {sql.table(Agent)} a ON a.id = t.agent_id JOIN {sql.table(Tenant)} n ON n.id = t.tenant_id "
         f"JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE m.id = %s AND m.task_id = %s",
-        [message_pk, sql.prep(Message, "task", task_pk)],
+        params,
     )
     if row is None:
         return None
+    if claim is not None:
+        claim.held = True
     user_message, task, agent, tenant, context = sql.hydrate_all(row, Message, Task, Agent, Tenant, Context)
     task.agent, task.tenant, task.context = agent, tenant, context
     user_message.task = task
@@ -432,8 +458,12 @@ def _load(task_pk, message_pk: int) -> tuple[Task, TaskView, Message] | None:
     return task, view, user_message
 
 
-def _prepare(task_pk, message_pk: int):
-    loaded = _load(task_pk, message_pk)
+def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | None = None):
+    """The claimed turn set up to run: (turn, executor, request context, view); None if nothing to run.
+
+    `loaded`: what _load read already (with the claim), else read here.
+    """
+    loaded = loaded or _load(task_pk, message_pk)
     if loaded is None:
         return None
     task, view, user_message = loaded

@@ -28,7 +28,7 @@ from tasks_app.protocol.http import NoAgent, PendingCall
 from tasks_app.protocol.operations import _get_task
 from tasks_app.selectors import task_snapshot
 from tasks_app.services import message_send, task_answer
-from tasks_app.turns import _prepare, events_store, turn_claim
+from tasks_app.turns import _Claim, _claim_and_prepare, _prepare, events_store, turn_claim
 
 # Context, task, message and the first log entry (a messageId is not looked up: repeats are new messages).
 SEND_MAX = 4
@@ -40,6 +40,9 @@ PREPARE_MAX = 1
 # artifact write, the log, the task (the artifact is found in the turn's view, the new status
 # message stays cached).
 STORE_MAX = 6
+# A first turn's claim with its read: one statement on PostgreSQL (a data-modifying WITH), two on
+# SQLite (its UPDATE ... RETURNING cannot feed a join).
+CLAIM_AND_PREPARE = {"postgresql": 1, "sqlite": 2}
 # A later turn of the task: its message with the task, then the task's messages and artifacts.
 PREPARE_LATER_MAX = 3
 # The caller's task (with its context, status message and artifacts), its history page. Through a
@@ -144,7 +147,7 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
     def work():
         outcome = _send(caller)
         message_pk = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
-        assert turn_claim(message_pk)
+        assert turn_claim(outcome.task.pk, message_pk)
         with CaptureQueriesContext(connection) as prepare:
             turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk)
         queue = Collecting()
@@ -162,6 +165,36 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
     _in_rollback(work)
 
 
+def test_a_first_turn_is_claimed_and_read_together(stored):
+    caller = _caller()
+
+    def work():
+        outcome = _send(caller)
+        task_pk = str(outcome.task.pk)
+        message_pk = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+        claim = _Claim()
+        with CaptureQueriesContext(connection) as queries:
+            turn, _, context, view = _claim_and_prepare(task_pk, message_pk, claim)
+        assert len(_statements(queries)) == CLAIM_AND_PREPARE[connection.vendor], _statements(queries)
+        assert claim.held and turn.attempt == 1
+        assert context.message.message_id == outcome.task.messages.get(pk=message_pk).message_id
+        claimed = Message.objects.get(pk=message_pk)
+        assert (claimed.turn, claimed.turn_attempts) == (Message.Turn.RUNNING, 1)
+        assert claimed.lease_until is not None
+        # Another delivery of the same turn finds it taken: nothing to run, no attempt counted.
+        again = _Claim()
+        assert _claim_and_prepare(task_pk, message_pk, again) is None
+        assert not again.held
+        assert Message.objects.get(pk=message_pk).turn_attempts == 1
+        # A job naming another task than the message's claims nothing.
+        other = _send(caller)
+        other_message = Message.objects.get(task=other.task, role=Message.Role.USER).pk
+        assert _claim_and_prepare(task_pk, other_message, _Claim()) is None
+        assert Message.objects.get(pk=other_message).turn == Message.Turn.PENDING
+
+    _in_rollback(work)
+
+
 def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
     caller = _caller()
 
@@ -169,7 +202,7 @@ def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
         outcome = _send(caller)
         task_pk = str(outcome.task.pk)
         first = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
-        assert turn_claim(first)
+        assert turn_claim(task_pk, first)
         turn, _, _, view = _prepare(task_pk, first)
         asked = [
             pb.TaskArtifactUpdateEvent(
@@ -186,7 +219,7 @@ def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
         assert events_store(turn, asked, view) == "input-required"
         _send(caller, text="more", task_id=task_pk)
         second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
-        assert turn_claim(second)
+        assert turn_claim(task_pk, second)
         with CaptureQueriesContext(connection) as prepare:
             turn, _, context, view = _prepare(task_pk, second)
         assert len(_statements(prepare)) <= PREPARE_LATER_MAX, _statements(prepare)

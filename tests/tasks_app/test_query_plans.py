@@ -5,7 +5,7 @@ server with autovacuum off (as CI's is), never analyzed. Without statistics the
 planner once chose the (tenant, agent) index for GetTask's lookup of one task
 and read every task of the agent. Here 300 other tasks of the same tenant,
 agent, caller and context are stored beside the one the flow uses; every
-SELECT and UPDATE the flow ran is explained with ANALYZE (inside the test's
+SELECT, UPDATE and WITH the flow ran is explained with ANALYZE (inside the test's
 transaction, rolled back), and no scan of a task table may read more than a
 handful of rows.
 """
@@ -29,7 +29,7 @@ from tasks_app.access import (
 from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.services import task_cancel
-from tasks_app.turns import _prepare, events_store, turn_claim
+from tasks_app.turns import _Claim, _claim_and_prepare, _prepare, events_store, turn_claim
 from tests.postgres import numbered_placeholders
 from tests.tasks_app.test_query_counts import (
     Collecting,
@@ -90,8 +90,8 @@ def _flow(caller) -> None:
     task_pk = str(outcome.task.pk)
     _store_other_tasks(outcome.task)
     first = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
-    assert turn_claim(first)
-    turn, executor, context, view = _prepare(task_pk, first)
+    # The first turn as a worker claims it (on PostgreSQL, with its read in one statement).
+    turn, executor, context, view = _claim_and_prepare(task_pk, first, _Claim())
     asked = pb.TaskStatusUpdateEvent(
         task_id=task_pk,
         status=pb.TaskStatus(
@@ -102,7 +102,7 @@ def _flow(caller) -> None:
     assert events_store(turn, [asked], view) == "input-required"
     _send(caller, text="more", task_id=task_pk)
     second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
-    assert turn_claim(second)
+    assert turn_claim(task_pk, second)
     turn, executor, context, view = _prepare(task_pk, second)
     queue = Collecting()
     asyncio.run(build_executor(caller.agent).execute(context, queue))
@@ -143,7 +143,7 @@ def test_no_statement_of_a_task_reads_the_other_tasks_of_its_agent(stored):
     ran: list[tuple[str, object]] = []
 
     def capture(execute, statement, params, many, context):
-        if statement.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE")):
+        if statement.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE", "WITH")):
             ran.append((statement, params))
         return execute(statement, params, many, context)
 

@@ -80,6 +80,11 @@ def _send(caller: Caller, text: str = "count me", idempotency_key: str = "", **m
     return message_send(caller, pb.SendMessageRequest(message=message), idempotency_key=idempotency_key)
 
 
+def _first_turn(outcome) -> int:
+    """The id of the user message that started the task `outcome` accepted (its first turn)."""
+    return Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+
+
 def _stored_answer(caller: Caller, task_pk: str) -> dict:
     """The task as GetTask answers it (no historyLength), read from what is stored."""
     return task_answer(get_task_and_artifacts_for_caller(caller, task_pk))
@@ -146,7 +151,7 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
 
     def work():
         outcome = _send(caller)
-        message_pk = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+        message_pk = _first_turn(outcome)
         assert turn_claim(outcome.task.pk, message_pk)
         with CaptureQueriesContext(connection) as prepare:
             turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk)
@@ -171,7 +176,7 @@ def test_a_first_turn_is_claimed_and_read_together(stored):
     def work():
         outcome = _send(caller)
         task_pk = str(outcome.task.pk)
-        message_pk = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+        message_pk = _first_turn(outcome)
         claim = _Claim()
         with CaptureQueriesContext(connection) as queries:
             turn, _, context, view = _claim_and_prepare(task_pk, message_pk, claim)
@@ -188,7 +193,7 @@ def test_a_first_turn_is_claimed_and_read_together(stored):
         assert Message.objects.get(pk=message_pk).turn_attempts == 1
         # A job naming another task than the message's claims nothing.
         other = _send(caller)
-        other_message = Message.objects.get(task=other.task, role=Message.Role.USER).pk
+        other_message = _first_turn(other)
         assert _claim_and_prepare(task_pk, other_message, _Claim()) is None
         assert Message.objects.get(pk=other_message).turn == Message.Turn.PENDING
 
@@ -201,7 +206,7 @@ def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
     def work():
         outcome = _send(caller)
         task_pk = str(outcome.task.pk)
-        first = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+        first = _first_turn(outcome)
         assert turn_claim(task_pk, first)
         turn, _, _, view = _prepare(task_pk, first)
         asked = [

@@ -35,6 +35,7 @@ from tests.tasks_app.test_query_counts import (
     Collecting,
     _add_history,
     _caller,
+    _first_turn,
     _in_rollback,
     _send,
     _stored_answer,
@@ -89,7 +90,7 @@ def _flow(caller) -> None:
     outcome = _send(caller)
     task_pk = str(outcome.task.pk)
     _store_other_tasks(outcome.task)
-    first = Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
+    first = _first_turn(outcome)
     # The first turn as a worker claims it (on PostgreSQL, with its read in one statement).
     turn, executor, context, view = _claim_and_prepare(task_pk, first, _Claim())
     asked = pb.TaskStatusUpdateEvent(

@@ -156,15 +156,14 @@ def _claim_and_prepare(task_pk, message_pk: int, claim: _Claim):
     The claim is made once: a try again after an outage (`_retrying`) finds it held.
     """
     loaded = None
-    if not claim.held and connection.vendor == "postgresql":
-        # One statement: the claim's UPDATE, and the turn's read of what it claimed.
-        loaded = _load(task_pk, message_pk, claim=claim)
+    if not claim.held:
+        if connection.vendor == "postgresql":
+            # One statement: the claim's UPDATE, and the turn's read of what it claimed.
+            loaded = _load(task_pk, message_pk, claim=claim)
+        elif turn_claim(task_pk, message_pk):
+            claim.held = True
         if not claim.held:
             return None  # another delivery of this turn got there first
-    elif not claim.held:
-        if not turn_claim(task_pk, message_pk):
-            return None
-        claim.held = True
     return _prepare(task_pk, message_pk, loaded)
 
 
@@ -437,6 +436,7 @@ def _load(task_pk, message_pk: int, *, claim: _Claim | None = None) -> tuple[Tas
     if row is None:
         return None
     if claim is not None:
+        # Held from here on, before the reads below: if one fails, the retry must not claim again.
         claim.held = True
     user_message, task, agent, tenant, context = sql.hydrate_all(row, Message, Task, Agent, Tenant, Context)
     task.agent, task.tenant, task.context = agent, tenant, context

@@ -1,24 +1,31 @@
 """The embedded default's SQLite writers take turns on a lock of the process (a2a_platform/backends/sqlite3).
 
 A writer waits for the lock, not in SQLite's sleeping busy handler; reads
-never wait; the lock is given back however a transaction ends.
+never wait; the lock is given back however a transaction ends. On the
+session's database in autocommit (`stored`), with tenants of the test's own,
+removed at the end.
 """
 
 import threading
+import uuid
 
 import pytest
 from django.db import OperationalError, connection, transaction
 
-from a2a_platform.backends.sqlite3.base import DatabaseWrapper, _lock_for
+from a2a_platform.backends.sqlite3.base import DatabaseWrapper, _lock_for, _writes
 from tenants.models import Tenant
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="the writers' lock is the embedded default's (SQLite)"
+)
 
 
-@pytest.fixture(autouse=True)
-def _sqlite_only():
-    if connection.vendor != "sqlite":
-        pytest.skip("the writers' lock is the embedded default's (SQLite)")
+@pytest.fixture
+def slugs(stored):
+    """A new slug prefix for the test's tenants, and the tenants deleted afterwards."""
+    prefix = f"writers-{uuid.uuid4().hex[:8]}"
+    yield lambda name: f"{prefix}-{name}"
+    Tenant.objects.filter(slug__startswith=prefix).delete()
 
 
 def _lock():
@@ -46,55 +53,86 @@ def _in_another_thread(statement: str, params: list, *, timeout: float):
 
     thread = threading.Thread(target=run)
     thread.start()
-    thread.join(30)
+    thread.join(60)
     assert not thread.is_alive()
     return outcome
 
 
-def test_a_writer_waits_on_the_lock_while_a_transaction_of_this_process_writes():
-    Tenant.objects.create(slug="other", name="Before")
+def test_a_writer_waits_on_the_lock_while_a_transaction_of_this_process_writes(slugs):
+    Tenant.objects.create(slug=slugs("other"), name="Before")
     rename = "UPDATE tenants_tenant SET name = %s WHERE slug = %s"
     with transaction.atomic():
-        Tenant.objects.create(slug="first", name="First")
+        Tenant.objects.create(slug=slugs("first"), name="First")
         assert _lock().locked()
-        outcome = _in_another_thread(rename, ["During", "other"], timeout=0.2)
+        outcome = _in_another_thread(rename, ["During", slugs("other")], timeout=0.2)
     # The lock of the process timed out, not SQLite's busy handler: its own message.
     assert "waited for this process's other writers" in outcome.get("error", ""), outcome
-    assert Tenant.objects.get(slug="other").name == "Before"
-    # Its turn comes once the transaction has ended.
-    assert _in_another_thread(rename, ["After", "other"], timeout=0.2) == {"rows": []}
-    assert Tenant.objects.get(slug="other").name == "After"
+    assert Tenant.objects.get(slug=slugs("other")).name == "Before"
+    # Its turn comes once the transaction has ended (a longer wait: the server may be writing).
+    assert _in_another_thread(rename, ["After", slugs("other")], timeout=10) == {"rows": []}
+    assert Tenant.objects.get(slug=slugs("other")).name == "After"
 
 
-def test_a_read_does_not_wait_for_a_writer():
-    Tenant.objects.create(slug="before", name="Before")
+def test_a_read_does_not_wait_for_a_writer(slugs):
+    Tenant.objects.create(slug=slugs("before"), name="Before")
     with transaction.atomic():
-        Tenant.objects.create(slug="during", name="During")
+        Tenant.objects.create(slug=slugs("during"), name="During")
         outcome = _in_another_thread(
-            "SELECT slug FROM tenants_tenant WHERE slug = %s", ["before"], timeout=0.2
+            "SELECT slug FROM tenants_tenant WHERE slug = %s", [slugs("before")], timeout=0.2
         )
-    assert outcome == {"rows": [("before",)]}
+    assert outcome == {"rows": [(slugs("before"),)]}
 
 
-def test_the_lock_is_given_back_however_a_transaction_ends():
+def test_the_lock_is_given_back_however_a_transaction_ends(slugs):
     with transaction.atomic():
-        Tenant.objects.create(slug="committed", name="Committed")
+        Tenant.objects.create(slug=slugs("committed"), name="Committed")
+        assert _lock().locked()
     assert not _lock().locked()
 
     with pytest.raises(ValueError), transaction.atomic():
-        Tenant.objects.create(slug="rolled-back", name="Rolled back")
+        Tenant.objects.create(slug=slugs("rolled-back"), name="Rolled back")
+        assert _lock().locked()
         raise ValueError("roll it back")
     assert not _lock().locked()
 
     with transaction.atomic():
-        Tenant.objects.create(slug="closed", name="Closed")
+        Tenant.objects.create(slug=slugs("closed"), name="Closed")
+        assert _lock().locked()
         connection.close()
     assert not _lock().locked()
 
-    Tenant.objects.create(slug="autocommit", name="Autocommit")
+    Tenant.objects.create(slug=slugs("autocommit"), name="Autocommit")
     assert not _lock().locked()
-    assert sorted(
-        Tenant.objects.filter(slug__in=["committed", "rolled-back", "closed", "autocommit"]).values_list(
-            "slug", flat=True
-        )
-    ) == ["autocommit", "committed"]
+    kept = Tenant.objects.filter(slug__startswith=slugs("")).values_list("slug", flat=True)
+    assert sorted(kept) == [slugs("autocommit"), slugs("committed")]
+
+
+def test_a_connection_that_holds_the_lock_does_not_wait_for_itself(slugs):
+    # A transaction ended behind Django's back (a raw COMMIT) leaves the turn with the
+    # connection; its next write goes on instead of waiting out the timeout on itself.
+    with transaction.atomic():
+        Tenant.objects.create(slug=slugs("raw"), name="Raw")
+        with connection.cursor() as cursor:
+            cursor.execute("COMMIT")
+        Tenant.objects.create(slug=slugs("after"), name="After")
+    assert not _lock().locked()
+    assert Tenant.objects.filter(slug__startswith=slugs("")).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("statement", "writes"),
+    [
+        ("SELECT 1", False),
+        ("  select * from t", False),
+        ("PRAGMA journal_mode", False),
+        ("WITH x AS (SELECT 1) SELECT * FROM x", False),
+        ("INSERT INTO t VALUES (1)", True),
+        ("UPDATE t SET a = 1", True),
+        ("DELETE FROM t", True),
+        ("WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", True),
+        # A read that only mentions a writing word waits its turn too: the safe direction.
+        ("WITH x AS (SELECT updated_at FROM t) SELECT * FROM x", True),
+    ],
+)
+def test_which_statements_take_a_turn(statement, writes):
+    assert _writes(statement) is writes

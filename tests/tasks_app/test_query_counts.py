@@ -14,7 +14,7 @@ import pytest
 from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -196,6 +196,40 @@ def test_a_first_turn_is_claimed_and_read_together(stored):
         other_message = _first_turn(other)
         assert _claim_and_prepare(task_pk, other_message, _Claim()) is None
         assert Message.objects.get(pk=other_message).turn == Message.Turn.PENDING
+
+    _in_rollback(work)
+
+
+def test_a_claim_is_held_when_the_reads_after_it_fail(stored):
+    """The database fails after the claim, before the turn is set up: the retry runs it, unclaimed again."""
+    caller = _caller()
+
+    def work():
+        outcome = _send(caller)
+        task_pk = str(outcome.task.pk)
+        assert turn_claim(task_pk, _first_turn(outcome))
+        turn, _, _, view = _prepare(task_pk, _first_turn(outcome))
+        asked = pb.TaskStatusUpdateEvent(
+            task_id=task_pk, status=pb.TaskStatus(state=pb.TASK_STATE_INPUT_REQUIRED)
+        )
+        assert events_store(turn, [asked], view) == "input-required"
+        _send(caller, text="more", task_id=task_pk)
+        second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
+        statements = []
+
+        def fail_after_the_claim(execute, statement, params, many, context):
+            statements.append(statement)
+            if len(statements) == 2:  # a later turn reads the task's messages after its claim
+                raise OperationalError("the database went away")
+            return execute(statement, params, many, context)
+
+        claim = _Claim()
+        with pytest.raises(OperationalError), connection.execute_wrapper(fail_after_the_claim):
+            _claim_and_prepare(task_pk, second, claim)
+        assert claim.held
+        turn, _, context, view = _claim_and_prepare(task_pk, second, claim)
+        assert turn.attempt == 1 and context.message.message_id == Message.objects.get(pk=second).message_id
+        assert Message.objects.get(pk=second).turn_attempts == 1
 
     _in_rollback(work)
 

@@ -142,9 +142,15 @@ def _explained(statement: str, params) -> dict:
 def test_no_statement_of_a_task_reads_the_other_tasks_of_its_agent(stored):
     caller = _caller()
     ran: list[tuple[str, object]] = []
+    plans: list[tuple[str, dict]] = []
 
     def capture(execute, statement, params, many, context):
-        if statement.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE", "WITH")):
+        head = statement.lstrip().upper()
+        if head.startswith("WITH"):
+            # The turn's claim with its read changes the row it reads: explained before it
+            # runs, while the turn is still pending (afterwards its UPDATE would match nothing).
+            plans.append((statement, _explained(statement, params)))
+        elif head.startswith(("SELECT", "UPDATE", "DELETE")):
             ran.append((statement, params))
         return execute(statement, params, many, context)
 
@@ -153,8 +159,10 @@ def test_no_statement_of_a_task_reads_the_other_tasks_of_its_agent(stored):
     def work():
         with connection.execute_wrapper(capture):
             _flow(caller)
-        for statement, params in ran:
-            for scan in _scans(_explained(statement, params)):
+        assert [statement for statement, _ in plans if "RETURNING" in statement], plans
+        plans.extend((statement, _explained(statement, params)) for statement, params in ran)
+        for statement, plan in plans:
+            for scan in _scans(plan):
                 if scan["Relation Name"] in TASK_TABLES:
                     rows = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
                     reads.append((rows, scan["Relation Name"], statement))

@@ -15,8 +15,15 @@ wakes when the lock is let go. Another process (a management command, the
 test suite beside a server) still meets SQLite's own lock and busy handler.
 
 A lock that does not come within the connection's timeout raises what
-SQLite raises then ("database is locked"), so waiting on it is bounded as
-before.
+SQLite raises then ("database is locked"). The wait is bounded, by twice the
+timeout at worst: the lock's, then SQLite's busy handler's if another process
+holds the file.
+
+A write with RETURNING outside a transaction gives the lock back once it has
+run; SQLite ends its implicit transaction when the cursor is read to the end,
+which Django does at once (a writer coming in between meets the busy handler).
+A read taken for a write (a WITH that only names a writing word) only waits
+its turn: the safe direction.
 """
 
 import threading
@@ -46,6 +53,8 @@ class WriterTurns:
         self.held: threading.Lock | None = None
 
     def take(self) -> None:
+        if self.held is not None:
+            return  # this connection's turn already (a transaction ended behind Django's back)
         lock = _lock_for(str(self.settings_dict["NAME"]))
         if not lock.acquire(timeout=float(self.settings_dict["OPTIONS"].get("timeout", 5))):
             raise OperationalError("database is locked (waited for this process's other writers)")
@@ -78,7 +87,7 @@ class CursorWrapper(base.SQLiteCursorWrapper):
 
     def _in_turn(self, query: str, run, *args):
         """run(*args); a write outside a transaction waits for its turn at the lock first."""
-        if self.connection.in_transaction or not _writes(query):
+        if self.connection.in_transaction or self.turns.held is not None or not _writes(query):
             return run(*args)
         self.turns.take()
         try:

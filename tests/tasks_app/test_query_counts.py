@@ -85,6 +85,19 @@ def _first_turn(outcome) -> int:
     return Message.objects.get(task=outcome.task, role=Message.Role.USER).pk
 
 
+def _answered(caller: Caller, asked: list) -> tuple[object, str, int]:
+    """A task whose first turn stored `asked` (ending input-required), and the caller's answer:
+    (the accept's outcome, the task's id, the answer's message id: the second turn)."""
+    outcome = _send(caller)
+    task_pk = str(outcome.task.pk)
+    assert turn_claim(task_pk, _first_turn(outcome))
+    turn, _, _, view = _prepare(task_pk, _first_turn(outcome))
+    assert events_store(turn, asked, view) == "input-required"
+    _send(caller, text="more", task_id=task_pk)
+    second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
+    return outcome, task_pk, second
+
+
 def _stored_answer(caller: Caller, task_pk: str) -> dict:
     """The task as GetTask answers it (no historyLength), read from what is stored."""
     return task_answer(get_task_and_artifacts_for_caller(caller, task_pk))
@@ -205,16 +218,8 @@ def test_a_claim_is_held_when_the_reads_after_it_fail(stored):
     caller = _caller()
 
     def work():
-        outcome = _send(caller)
-        task_pk = str(outcome.task.pk)
-        assert turn_claim(task_pk, _first_turn(outcome))
-        turn, _, _, view = _prepare(task_pk, _first_turn(outcome))
-        asked = pb.TaskStatusUpdateEvent(
-            task_id=task_pk, status=pb.TaskStatus(state=pb.TASK_STATE_INPUT_REQUIRED)
-        )
-        assert events_store(turn, [asked], view) == "input-required"
-        _send(caller, text="more", task_id=task_pk)
-        second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
+        asked = pb.TaskStatusUpdateEvent(status=pb.TaskStatus(state=pb.TASK_STATE_INPUT_REQUIRED))
+        _, task_pk, second = _answered(caller, [asked])
         statements = []
 
         def fail_after_the_claim(execute, statement, params, many, context):
@@ -238,26 +243,16 @@ def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
     caller = _caller()
 
     def work():
-        outcome = _send(caller)
-        task_pk = str(outcome.task.pk)
-        first = _first_turn(outcome)
-        assert turn_claim(task_pk, first)
-        turn, _, _, view = _prepare(task_pk, first)
         asked = [
-            pb.TaskArtifactUpdateEvent(
-                task_id=task_pk, artifact=pb.Artifact(artifact_id="draft", parts=[pb.Part(text="v1")])
-            ),
+            pb.TaskArtifactUpdateEvent(artifact=pb.Artifact(artifact_id="draft", parts=[pb.Part(text="v1")])),
             pb.TaskStatusUpdateEvent(
-                task_id=task_pk,
                 status=pb.TaskStatus(
                     state=pb.TASK_STATE_INPUT_REQUIRED,
                     message=pb.Message(message_id="ask", role=pb.ROLE_AGENT, parts=[pb.Part(text="more?")]),
                 ),
             ),
         ]
-        assert events_store(turn, asked, view) == "input-required"
-        _send(caller, text="more", task_id=task_pk)
-        second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
+        outcome, task_pk, second = _answered(caller, asked)
         assert turn_claim(task_pk, second)
         with CaptureQueriesContext(connection) as prepare:
             turn, _, context, view = _prepare(task_pk, second)

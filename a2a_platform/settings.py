@@ -114,10 +114,36 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------
+
+
+def sqlite_database(name: str) -> dict:
+    """The embedded default's SQLite database at `name`: also what a sqlite:// DATABASE_URL gets."""
+    return {
+        "ENGINE": "a2a_platform.backends.sqlite3",
+        "NAME": name,
+        # IMMEDIATE transactions and WAL let the server and the worker threads
+        # write without "database is locked" upgrades; the timeout covers bursts.
+        # The backend is Django's, with this process's writers queued on a lock
+        # instead of SQLite's sleeping busy handler (a2a_platform/backends/sqlite3).
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        # Connections stay open in the threads that do database work for async code.
+        "CONN_MAX_AGE": None,
+        # Tests run the server in another process, so the test database is a file.
+        "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
+    }
+
+
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
-    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        DATABASES["default"] = sqlite_database(DATABASES["default"]["NAME"])
+    elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
         # Under ASGI every request runs in a thread of its own, so persistent
         # connections are never reused; a psycopg pool is (Django requires
         # CONN_MAX_AGE=0 with it).
@@ -142,25 +168,7 @@ if DATABASE_URL:
         DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
-    DATABASES = {
-        "default": {
-            "ENGINE": "a2a_platform.backends.sqlite3",
-            "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")),
-            # IMMEDIATE transactions and WAL let the server and the worker threads
-            # write without "database is locked" upgrades; the timeout covers bursts.
-            # The backend is Django's, with this process's writers queued on a lock
-            # instead of SQLite's sleeping busy handler (a2a_platform/backends/sqlite3).
-            "OPTIONS": {
-                "timeout": 30,
-                "transaction_mode": "IMMEDIATE",
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
-            # Connections stay open in the threads that do database work for async code.
-            "CONN_MAX_AGE": None,
-            # Tests run the server in another process, so the test database is a file.
-            "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
-        }
-    }
+    DATABASES = {"default": sqlite_database(env_str("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: channel layer and Celery broker -------------------------------------

@@ -6,6 +6,8 @@ session's database in autocommit (`stored`), with tenants of the test's own,
 removed at the end.
 """
 
+import gc
+import sqlite3
 import threading
 import uuid
 
@@ -117,6 +119,47 @@ def test_a_connection_that_holds_the_lock_does_not_wait_for_itself(slugs):
         Tenant.objects.create(slug=slugs("after"), name="After")
     assert not _lock().locked()
     assert Tenant.objects.filter(slug__startswith=slugs("")).count() == 2
+
+
+def _other_connection(timeout: float) -> DatabaseWrapper:
+    settings_dict = {
+        **connection.settings_dict,
+        "OPTIONS": {**connection.settings_dict["OPTIONS"], "timeout": timeout},
+    }
+    return DatabaseWrapper(settings_dict, "other")
+
+
+def test_a_begin_that_fails_gives_the_turn_back(slugs):
+    # Another process (here a plain sqlite3 connection, which knows no lock of this process)
+    # holds the file's write lock: a BEGIN IMMEDIATE of ours fails once SQLite's busy timeout
+    # is out, and must not keep the turn it took for that transaction.
+    holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    other = _other_connection(timeout=0.2)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(OperationalError, match="database is locked"):
+            # What transaction.atomic does to begin on a connection in autocommit.
+            other.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+        assert other.turns.held is None
+        assert not _lock().locked()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        other.close()
+    # This process's writers write again at once.
+    Tenant.objects.create(slug=slugs("after"), name="After")
+    assert Tenant.objects.filter(slug=slugs("after")).exists()
+
+
+def test_a_connection_dropped_in_a_transaction_gives_the_turn_back(slugs):
+    other = _other_connection(timeout=5)
+    other.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+    assert _lock().locked()
+    del other
+    gc.collect()
+    assert not _lock().locked()
+    Tenant.objects.create(slug=slugs("after"), name="After")
+    assert Tenant.objects.filter(slug__startswith=slugs("")).count() == 1
 
 
 @pytest.mark.parametrize(

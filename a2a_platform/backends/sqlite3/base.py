@@ -65,6 +65,11 @@ class WriterTurns:
         if held is not None:
             held.release()
 
+    def __del__(self):
+        # A connection dropped in a transaction without being closed: SQLite rolls its
+        # transaction back as the connection goes, and the other writers get their turn.
+        self.give_back()
+
 
 def _writes(query: str) -> bool:
     head = query.lstrip()[:9].upper()

@@ -17,6 +17,7 @@ checks as get_task_and_artifacts_for_caller.
 import functools
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django.db import connection
 
@@ -78,7 +79,33 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     return _task_of(row, caller) if row is not None else None
 
 
-def get_task_and_artifacts_for_caller(caller: Caller, task_id: str) -> tuple[Task, list[Artifact]] | None:
+# What a history entry shows (protocol.convert.message_fields): a page of history reads only
+# these columns, in this order (selectors._history_page unpacks them).
+HISTORY_FIELDS = (
+    "id",
+    "message_id",
+    "role",
+    "parts",
+    "metadata",
+    "extensions",
+    "reference_task_ids",
+)
+
+
+class FoundTask(NamedTuple):
+    """GetTask's read of the caller's task: the task, its artifacts (oldest first), and perhaps its history.
+
+    `history`: the newest messages' HISTORY_FIELDS as one JSON array of
+    arrays, oldest first, when the statement read them too
+    (get_agent_and_task on PostgreSQL); None when they are still to be read.
+    """
+
+    task: Task
+    artifacts: list[Artifact]
+    history: str | None = None
+
+
+def get_task_and_artifacts_for_caller(caller: Caller, task_id: str) -> FoundTask | None:
     """get_task_for_caller and the task's artifacts (oldest first), in one statement: GetTask's read.
 
     One row per artifact (one with none), each repeating the task's columns:
@@ -100,42 +127,85 @@ class TaskRead:
     """GetTask's read of a task, not yet checked against a caller.
 
     The rows of a statement with _task_columns(with_artifacts=True) from column
-    `start`, one per artifact; with NULLs there if no task was found.
+    `start`, one per artifact; with NULLs there if no task was found. With
+    `history`, the last column of each row is the task's page of history
+    (FoundTask.history).
     """
 
     rows: list
     start: int
+    history: bool = False
 
 
-def task_and_artifacts_for_caller(read: TaskRead, caller: Caller) -> tuple[Task, list[Artifact]] | None:
+def task_and_artifacts_for_caller(read: TaskRead, caller: Caller) -> FoundTask | None:
     """The task of a TaskRead and its artifacts (oldest first), or None: not found, or not the caller's."""
     task = _task_of(read.rows[0], caller, read.start) if read.rows else None
     if task is None:
         return None
     start = read.start + sql.width(Task) + sql.width(Context) + sql.width(Message)
     artifacts = [sql.hydrate(Artifact, row, start) for row in read.rows]
-    return task, [artifact for artifact in artifacts if artifact is not None]
+    history = read.rows[0][-1] if read.history else None
+    return FoundTask(task, [artifact for artifact in artifacts if artifact is not None], history)
 
 
-def get_agent_and_task(tenant_slug: str, agent_slug: str, task_id: str) -> tuple[Agent, TaskRead] | None:
+def get_agent_and_task(
+    tenant_slug: str, agent_slug: str, task_id: str, *, history: int = 0
+) -> tuple[Agent, TaskRead] | None:
     """The enabled agent at the URL (agents.access.get_enabled_agent) and a task read, in one statement.
 
-    GetTask's whole read but its history: a round trip fewer than looking the
-    agent up first. The task is read by its id alone, whoever's it is (no task
-    for an id that is no UUID); task_and_artifacts_for_caller then checks it
-    against the caller the agent resolves. None: no such agent.
+    GetTask's whole read: a round trip fewer than looking the agent up first.
+    The task is read by its id alone, whoever's it is (no task for an id that
+    is no UUID); task_and_artifacts_for_caller then checks it against the
+    caller the agent resolves. None: no such agent.
+
+    `history` > 0 (PostgreSQL): its newest `history` messages come too
+    (FoundTask.history), aggregated into one column by a lateral subquery
+    the task's row runs once, before the artifacts' rows repeat it. SQLite
+    reads them apart (selectors._snapshot): it has no LATERAL, and its
+    subquery in the SELECT list would run once per artifact.
     """
     pk = parse_task_uuid(task_id)
     select, joins, where = enabled_agent_sql()
+    with_history = history > 0 and connection.vendor == "postgresql"
+    if with_history:
+        page_column, page_join, page_params = ", hp.page", _history_join(), [history]
+    else:
+        page_column, page_join, page_params = "", "", []
     rows = sql.fetch_all(
-        f"SELECT {select}, {_task_columns(True)} {joins} "
-        f"LEFT JOIN {sql.table(Task)} t ON t.id = %s {_task_joins(True)} "
+        f"SELECT {select}, {_task_columns(True)}{page_column} {joins} "
+        f"LEFT JOIN {sql.table(Task)} t ON t.id = %s {_task_joins(False)}{page_join} {_artifact_join()} "
         f"WHERE {where} ORDER BY a.created_at, a.id",
-        [None if pk is None else sql.prep(Task, "id", pk), *enabled_agent_params(tenant_slug, agent_slug)],
+        [
+            None if pk is None else sql.prep(Task, "id", pk),
+            *page_params,
+            *enabled_agent_params(tenant_slug, agent_slug),
+        ],
     )
     if not rows:
         return None
-    return enabled_agent_of(rows[0]), TaskRead(rows, sql.width(Agent) + sql.width(Tenant))
+    return enabled_agent_of(rows[0]), TaskRead(rows, sql.width(Agent) + sql.width(Tenant), with_history)
+
+
+@functools.cache
+def _history_join() -> str:
+    """PostgreSQL: the newest messages of task t (LIMIT %s) as hp.page, a JSON array of HISTORY_FIELDS arrays.
+
+    Newest first by the index on (task, created_at, id), as selectors._snapshot
+    reads them, then aggregated oldest first; '[]' for a task with none (or no task).
+    """
+    inner = sql.columns(Message, "m", HISTORY_FIELDS)
+    fields = ", ".join(f"h.{sql.quote(name)}" for name in _history_columns())
+    return (
+        f" LEFT JOIN LATERAL (SELECT coalesce(json_agg(json_build_array({fields}) "
+        "ORDER BY h.created_at, h.id)::text, '[]') AS page "
+        f"FROM (SELECT {inner}, m.created_at FROM {sql.table(Message)} m WHERE m.task_id = t.id "
+        "ORDER BY m.created_at DESC, m.id DESC LIMIT %s) h) hp ON true"
+    )
+
+
+def _history_columns() -> list[str]:
+    """The column names of HISTORY_FIELDS, in the order sql.columns selects them."""
+    return [f.column for f in Message._meta.concrete_fields if f.attname in HISTORY_FIELDS]
 
 
 @functools.cache
@@ -158,7 +228,11 @@ def _task_joins(with_artifacts: bool) -> str:
         f"LEFT JOIN {sql.table(Context)} c ON c.id = t.context_id "
         f"LEFT JOIN {sql.table(Message)} s ON s.id = t.status_message_id"
     )
-    return f"{joins} LEFT JOIN {sql.table(Artifact)} a ON a.task_id = t.id" if with_artifacts else joins
+    return f"{joins} {_artifact_join()}" if with_artifacts else joins
+
+
+def _artifact_join() -> str:
+    return f"LEFT JOIN {sql.table(Artifact)} a ON a.task_id = t.id"
 
 
 def _task_of(row, caller: Caller, start: int = 0) -> Task | None:

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
-from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
+from tasks_app.access import HISTORY_FIELDS, Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.models import Artifact, DraftTaskAlias, Message, Task
 from tasks_app.protocol.convert import message_dict, message_fields, task_dict
 from tenants import sql
@@ -23,17 +23,6 @@ from tenants.models import Application, Tenant
 
 # Messages a task read returns when the caller names no historyLength.
 DEFAULT_HISTORY_LENGTH = 100
-# What a history entry shows (protocol.convert.message_fields): a page of history reads only
-# these columns, in this order (_history_page unpacks them).
-HISTORY_FIELDS = (
-    "id",
-    "message_id",
-    "role",
-    "parts",
-    "metadata",
-    "extensions",
-    "reference_task_ids",
-)
 
 
 def task_snapshot(task_pk, *, history_length: int | None = None, include_artifacts: bool = True) -> dict:
@@ -47,13 +36,26 @@ def task_snapshot(task_pk, *, history_length: int | None = None, include_artifac
 
 
 def snapshot_of(
-    task: Task, *, history_length: int | None = None, artifacts: list[Artifact] | None = None
+    task: Task,
+    *,
+    history_length: int | None = None,
+    artifacts: list[Artifact] | None = None,
+    history: str | None = None,
 ) -> dict:
     """task_snapshot() of a task already read with its context and status message (two queries).
 
-    With its artifacts read too (access.get_task_and_artifacts_for_caller), one query: its page of history.
+    With its artifacts read too (access.get_task_and_artifacts_for_caller), one query: its page of
+    history. With that page read too (access.FoundTask.history, of history_length + 1 messages), none.
     """
-    return _snapshot(task, history_length=history_length, artifacts=artifacts)
+    return _snapshot(task, history_length=history_length, artifacts=artifacts, history=history)
+
+
+def history_to_read(history_length: int | None) -> int:
+    """How many messages a snapshot with this historyLength reads.
+
+    One more than asked: the status message is left out of the history.
+    """
+    return (DEFAULT_HISTORY_LENGTH if history_length is None else history_length) + 1
 
 
 def send_answer(task_pk, *, history_length: int | None = None) -> dict:
@@ -77,20 +79,23 @@ def _snapshot(
     history_length: int | None,
     include_artifacts: bool = True,
     artifacts: list[Artifact] | None = None,
+    history: str | None = None,
 ) -> dict:
+    """`history`: the page read already (access.FoundTask.history), of history_to_read(history_length)."""
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
     # Hand-written SQL (tenants/sql.py): every GetTask and most answers read these.
     task_id = sql.prep(Message, "task", task.pk)
-    history = []
-    if history_length != 0:
-        # One more than asked: the status message is left out of the history.
+    page = []
+    if history_length != 0 and history is not None:
+        page = _history_entries(task, json.loads(history))[-history_length:]
+    elif history_length != 0:
         rows = sql.fetch_all(
             f"SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)} FROM {sql.table(Message)} m "
             "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
-            [task_id, history_length + 1],
+            [task_id, history_to_read(history_length)],
         )
-        history = _history_page(task, reversed(rows))[-history_length:]
+        page = _history_page(task, reversed(rows))[-history_length:]
     if not include_artifacts:
         artifacts = []
     elif artifacts is None:
@@ -100,7 +105,7 @@ def _snapshot(
             [task_id],
         )
         artifacts = [sql.hydrate(Artifact, row) for row in rows]
-    return task_dict(task, artifacts=artifacts, history_length=history_length, history=history)
+    return task_dict(task, artifacts=artifacts, history_length=history_length, history=page)
 
 
 def _history_page(task: Task, rows) -> list[dict]:
@@ -112,10 +117,26 @@ def _history_page(task: Task, rows) -> list[dict]:
     parts in one json.loads (sql.json_values). A hundred messages cost a third
     of what building records and rendering those did.
     """
-    task_id, context_id = str(task.pk), task.context.context_id
     json_value = sql.json_value
-    rows = [row for row in rows if row[0] != task.status_message_id]
+    rows = list(rows)
     every_parts = sql.json_values([row[3] for row in rows])
+    return _history_entries(
+        task,
+        (
+            (pk, message_id, role, parts, json_value(metadata), json_value(extensions), json_value(refs))
+            for (pk, message_id, role, _, metadata, extensions, refs), parts in zip(
+                rows, every_parts, strict=True
+            )
+        ),
+    )
+
+
+def _history_entries(task: Task, rows) -> list[dict]:
+    """Rows of HISTORY_FIELDS with their JSON decoded, oldest first, as the answer shows them.
+
+    The status message is left out: it is the task's status, not its history.
+    """
+    task_id, context_id = str(task.pk), task.context.context_id
     return [
         message_fields(
             message_id,
@@ -123,13 +144,12 @@ def _history_page(task: Task, rows) -> list[dict]:
             role,
             parts,
             task_id=task_id,
-            metadata=json_value(metadata),
-            extensions=json_value(extensions),
-            reference_task_ids=json_value(reference_task_ids),
+            metadata=metadata,
+            extensions=extensions,
+            reference_task_ids=references,
         )
-        for (_, message_id, role, _, metadata, extensions, reference_task_ids), parts in zip(
-            rows, every_parts, strict=True
-        )
+        for pk, message_id, role, parts, metadata, extensions, references in rows
+        if pk != task.status_message_id
     ]
 
 

@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from agents.approvals import requested_decision
 from agents.registry import answers_with_task
-from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.access import Caller, FoundTask, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, publish_soon
-from tasks_app.models import Artifact, Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
     proto_to_dict,
@@ -296,12 +296,15 @@ def _dispatch_after_commit(task: Task, message: Message) -> None:
     transaction.on_commit(lambda: turn_dispatch(task_pk, message_pk), robust=True)
 
 
-def task_answer(found: tuple[Task, list[Artifact]] | None, *, history_length: int | None = None) -> dict:
-    """GetTask's answer for the caller's task read with its artifacts (None: not found or not theirs)."""
+def task_answer(found: FoundTask | None, *, history_length: int | None = None) -> dict:
+    """GetTask's answer for the caller's task read with its artifacts (None: not found or not theirs).
+
+    A page of history read with them was read for this history_length (selectors.history_to_read).
+    """
     if found is None:
         raise TaskNotFoundError()
-    task, artifacts = found
-    return snapshot_of(task, history_length=history_length, artifacts=artifacts)
+    task, artifacts, history = found
+    return snapshot_of(task, history_length=history_length, artifacts=artifacts, history=history)
 
 
 def task_cancel(caller: Caller, task_id: str) -> dict:

@@ -11,12 +11,12 @@ from agents.access import get_enabled_agent
 from agents.models import Agent
 from tasks_app.access import (
     Caller,
+    FoundTask,
     get_agent_and_task,
     get_task_and_artifacts_for_caller,
     task_and_artifacts_for_caller,
 )
 from tasks_app.db import db
-from tasks_app.models import Artifact, Task
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Call:
         """Already resolved: itself (a PendingCall's resolve() looks its agent up)."""
         return self
 
-    def resolve_with_task(self, task_id: str) -> tuple["Call", tuple[Task, list[Artifact]] | None]:
+    def resolve_with_task(self, task_id: str, *, history: int = 0) -> tuple["Call", FoundTask | None]:
         """Itself, and the caller's task with its artifacts (get_task_and_artifacts_for_caller) or None."""
         return self, get_task_and_artifacts_for_caller(self.caller, task_id)
 
@@ -56,13 +56,14 @@ class Pending(ABC):
         """The Call. Runs on a database thread."""
         return self.resolve_for(get_enabled_agent(self.tenant_slug, self.agent_slug))
 
-    def resolve_with_task(self, task_id: str) -> tuple[Call, tuple[Task, list[Artifact]] | None]:
+    def resolve_with_task(self, task_id: str, *, history: int = 0) -> tuple[Call, FoundTask | None]:
         """The Call, and the caller's task with its artifacts or None: GetTask's read with the agent's.
 
         One statement for both (access.get_agent_and_task), then the same
         checks in the same order as resolve() and get_task_and_artifacts_for_caller.
+        `history`: how many of the task's newest messages to read with it (PostgreSQL).
         """
-        found = get_agent_and_task(self.tenant_slug, self.agent_slug, task_id)
+        found = get_agent_and_task(self.tenant_slug, self.agent_slug, task_id, history=history)
         if found is None:
             return self.resolve_for(None), None  # resolve_for raises the binding's "no agent"
         agent, read = found

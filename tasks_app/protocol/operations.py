@@ -23,7 +23,13 @@ from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
-from tasks_app.selectors import DEFAULT_HISTORY_LENGTH, send_answer, task_list, with_history_length
+from tasks_app.selectors import (
+    DEFAULT_HISTORY_LENGTH,
+    history_to_read,
+    send_answer,
+    task_list,
+    with_history_length,
+)
 from tasks_app.services import SendOutcome, message_send, task_answer, task_cancel
 
 logger = logging.getLogger(__name__)
@@ -142,8 +148,11 @@ async def get_task(call, request: pb.GetTaskRequest) -> dict:
 
 
 def _get_task(call, request: pb.GetTaskRequest) -> dict:
-    # The task read with the agent, in one statement: two in all with its page of history.
-    call, found = call.resolve_with_task(request.id)
+    # The task read with the agent and (PostgreSQL) its page of history: one statement. A
+    # negative historyLength reads none, and is refused after the agent's and tenant's checks.
+    asked = request.history_length if request.HasField("history_length") else None
+    history = history_to_read(asked) if asked is None or asked > 0 else 0
+    call, found = call.resolve_with_task(request.id, history=history)
     check_tenant(call, request)
     return task_answer(found, history_length=_history_length(request))
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from django.db import OperationalError, connection, transaction
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
@@ -48,6 +48,8 @@ PREPARE_LATER_MAX = 3
 # The caller's task (with its context, status message and artifacts), its history page. Through a
 # binding the agent is read with the task: no statement more.
 GET_MAX = 2
+# A binding's GetTask: on PostgreSQL the history page comes in the same statement (a lateral join).
+GET_THROUGH_A_BINDING = {"postgresql": 1, "sqlite": 2}
 # A stream's or a waiting caller's look at the log: the task's state with its events after a point.
 LOG_READ_MAX = 1
 
@@ -350,15 +352,14 @@ def test_get_task_through_a_binding_reads_the_agent_with_the_task(stored):
     request = RequestFactory().post("/a2a/demo/echo/", content_type="application/json")
 
     def get(task_id: str, agent_slug: str = "echo") -> dict:
-        pending = PendingCall(request, "demo", agent_slug, "GetTask")
-        return _get_task(pending, pb.GetTaskRequest(id=task_id))
+        return _binding_get(request, task_id, agent_slug)
 
     def work():
         outcome = _send(anonymous)
         Artifact.objects.create(task=outcome.task, artifact_id="a1", parts=[{"text": "one"}])
         with CaptureQueriesContext(connection) as queries:
             answer = get(str(outcome.task.pk))
-        assert len(_statements(queries)) <= GET_MAX, _statements(queries)
+        assert len(_statements(queries)) == GET_THROUGH_A_BINDING[connection.vendor], _statements(queries)
         assert answer == task_snapshot(outcome.task.pk)
         assert [artifact["artifactId"] for artifact in answer["artifacts"]] == ["a1"]
         # Another caller's task, an unknown one and a malformed id: not found alike.
@@ -368,5 +369,71 @@ def test_get_task_through_a_binding_reads_the_agent_with_the_task(stored):
         # No such agent: "no agent" first, whatever the task.
         with pytest.raises(NoAgent):
             get(str(outcome.task.pk), agent_slug="no-such-agent")
+
+    _in_rollback(work)
+
+
+def _binding_get(request, task_id: str, agent_slug: str = "echo", **fields) -> dict:
+    pending = PendingCall(request, "demo", agent_slug, "GetTask")
+    return _get_task(pending, pb.GetTaskRequest(id=task_id, **fields))
+
+
+@pytest.mark.parametrize("history_length", [None, 0, 1, 3, 100, 250])
+def test_a_binding_reads_the_page_of_history_it_answers_with(stored, history_length):
+    """Through a binding, the page of history read with the task is the one task_snapshot reads.
+
+    150 messages, then an input-required status message (the newest, left out
+    of the history), and two artifacts: each historyLength gives the same
+    answer as task_snapshot's own read, in GET_THROUGH_A_BINDING statements
+    (one where none is asked for).
+    """
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    anonymous = Caller(tenant=agent.tenant, agent=agent)
+    request = RequestFactory().post("/a2a/demo/echo/", content_type="application/json")
+    fields = {} if history_length is None else {"history_length": history_length}
+
+    def work():
+        outcome = _send(anonymous)
+        _add_history(anonymous, outcome.task, 149)
+        asking = Message.objects.create(
+            tenant=anonymous.tenant,
+            task=outcome.task,
+            context=outcome.task.context,
+            message_id="asking",
+            role=Message.Role.AGENT,
+            parts=[{"text": "which one?"}, {"data": {"n": 1.5, "list": [1, "two"]}}],
+            metadata={"k": "v"},
+            created_at=timezone.now() + timedelta(seconds=1),
+        )
+        type(outcome.task).objects.filter(pk=outcome.task.pk).update(status_message=asking)
+        for name in ("a1", "a2"):
+            Artifact.objects.create(task=outcome.task, artifact_id=name, parts=[{"text": name}])
+        with CaptureQueriesContext(connection) as queries:
+            answer = _binding_get(request, str(outcome.task.pk), **fields)
+        # historyLength 0 reads no history anywhere.
+        expected = 1 if history_length == 0 else GET_THROUGH_A_BINDING[connection.vendor]
+        assert len(_statements(queries)) == expected, _statements(queries)
+        assert answer == task_snapshot(outcome.task.pk, history_length=history_length)
+        shown = 100 if history_length is None else min(history_length, 150)
+        assert len(answer.get("history", [])) == shown
+        ids = [message["messageId"] for message in answer.get("history", [])]
+        assert "asking" not in ids
+        assert answer["status"]["message"]["messageId"] == "asking"
+        assert [artifact["artifactId"] for artifact in answer["artifacts"]] == ["a1", "a2"]
+
+    _in_rollback(work)
+
+
+def test_a_negative_history_length_is_refused_after_the_agent_is_found(stored):
+    request = RequestFactory().post("/a2a/demo/echo/", content_type="application/json")
+    outcome = None
+
+    def work():
+        nonlocal outcome
+        outcome = _send(_caller())
+        with pytest.raises(NoAgent):
+            _binding_get(request, str(outcome.task.pk), agent_slug="no-such-agent", history_length=-1)
+        with pytest.raises(InvalidParamsError, match="historyLength"):
+            _binding_get(request, str(outcome.task.pk), history_length=-1)
 
     _in_rollback(work)

@@ -111,7 +111,7 @@ def _flow(caller) -> None:
     answer = _stored_answer(caller, task_pk)
     assert answer["status"]["state"] == "TASK_STATE_COMPLETED"
     # A binding's GetTask: the task read with its agent (by the agent's slugs, the task's id).
-    agent, read = get_agent_and_task(caller.tenant.slug, caller.agent.slug, task_pk)
+    agent, read = get_agent_and_task(caller.tenant.slug, caller.agent.slug, task_pk, history=101)
     assert task_and_artifacts_for_caller(read, caller)[0].pk == outcome.task.pk
     # A stream's look at the log, as a resuming subscriber or a waiting caller takes it.
     state, events = _state_and_events_after(outcome.task.pk, 1)

@@ -40,7 +40,7 @@ def snapshot_of(
     *,
     history_length: int | None = None,
     artifacts: list[Artifact] | None = None,
-    history: str | None = None,
+    history: list[tuple] | None = None,
 ) -> dict:
     """task_snapshot() of a task already read with its context and status message (two queries).
 
@@ -79,22 +79,22 @@ def _snapshot(
     history_length: int | None,
     include_artifacts: bool = True,
     artifacts: list[Artifact] | None = None,
-    history: str | None = None,
+    history: list[tuple] | None = None,
 ) -> dict:
-    """`history`: the page read already (access.FoundTask.history), of history_to_read(history_length)."""
+    """`history`: the page's rows read already (access.FoundTask.history), history_to_read(history_length)."""
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
     # Hand-written SQL (tenants/sql.py): every GetTask and most answers read these.
     task_id = sql.prep(Message, "task", task.pk)
     page = []
-    if history_length != 0 and history is not None:
-        page = _history_entries(task, json.loads(history))[-history_length:]
-    elif history_length != 0:
-        rows = sql.fetch_all(
-            f"SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)} FROM {sql.table(Message)} m "
-            "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
-            [task_id, history_to_read(history_length)],
-        )
+    if history_length != 0:
+        rows = history
+        if rows is None:
+            rows = sql.fetch_all(
+                f"SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)} FROM {sql.table(Message)} m "
+                "WHERE m.task_id = %s ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
+                [task_id, history_to_read(history_length)],
+            )
         page = _history_page(task, reversed(rows))[-history_length:]
     if not include_artifacts:
         artifacts = []
@@ -117,26 +117,10 @@ def _history_page(task: Task, rows) -> list[dict]:
     parts in one json.loads (sql.json_values). A hundred messages cost a third
     of what building records and rendering those did.
     """
-    json_value = sql.json_value
-    rows = list(rows)
-    every_parts = sql.json_values([row[3] for row in rows])
-    return _history_entries(
-        task,
-        (
-            (pk, message_id, role, parts, json_value(metadata), json_value(extensions), json_value(refs))
-            for (pk, message_id, role, _, metadata, extensions, refs), parts in zip(
-                rows, every_parts, strict=True
-            )
-        ),
-    )
-
-
-def _history_entries(task: Task, rows) -> list[dict]:
-    """Rows of HISTORY_FIELDS with their JSON decoded, oldest first, as the answer shows them.
-
-    The status message is left out: it is the task's status, not its history.
-    """
     task_id, context_id = str(task.pk), task.context.context_id
+    json_value = sql.json_value
+    rows = [row for row in rows if row[0] != task.status_message_id]
+    every_parts = sql.json_values([row[3] for row in rows])
     return [
         message_fields(
             message_id,
@@ -144,12 +128,13 @@ def _history_entries(task: Task, rows) -> list[dict]:
             role,
             parts,
             task_id=task_id,
-            metadata=metadata,
-            extensions=extensions,
-            reference_task_ids=references,
+            metadata=json_value(metadata),
+            extensions=json_value(extensions),
+            reference_task_ids=json_value(reference_task_ids),
         )
-        for pk, message_id, role, parts, metadata, extensions, references in rows
-        if pk != task.status_message_id
+        for (_, message_id, role, _, metadata, extensions, reference_task_ids), parts in zip(
+            rows, every_parts, strict=True
+        )
     ]
 
 

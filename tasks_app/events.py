@@ -61,11 +61,26 @@ def log_append(
     every reader joins the task's group before it reads the log, so a reader
     of a task that did not exist a moment ago finds that entry in the log.
     """
+    events = log_entries(task, entries)
+    sql.insert(events)
+    log_publish(task, events, snapshot=snapshot, live=live)
+    return events
+
+
+def log_entries(task: Task, entries: list[tuple[str, dict]]) -> list[TaskEvent]:
+    """log_append's entries, not yet stored: the caller inserts them with its other rows
+    (sql.insert_all), then calls log_publish, in the same transaction."""
     events = []
     for kind, payload in entries:
         task.event_seq += 1
         events.append(TaskEvent(task=task, seq=task.event_seq, kind=kind, payload=payload))
-    sql.insert(events)
+    return events
+
+
+def log_publish(
+    task: Task, events: list[TaskEvent], *, snapshot: dict | None = None, live: bool = True
+) -> None:
+    """Publish stored entries after the transaction that stores them commits (log_append's second half)."""
     batch = {"type": "task.events", "events": [[event.seq, event.payload] for event in events]}
     if snapshot is not None:
         batch["task"] = snapshot
@@ -76,7 +91,6 @@ def log_append(
     if live:
         messages.insert(0, (group_name(task.pk), batch))
     transaction.on_commit(lambda: publish_soon(messages), robust=True)
-    return events
 
 
 async def publish(messages: list[tuple[str, dict]]) -> None:

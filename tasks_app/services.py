@@ -26,7 +26,7 @@ from agents.approvals import requested_decision
 from agents.registry import answers_with_task
 from tasks_app.access import Caller, FoundTask, get_task_for_caller
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
-from tasks_app.events import cancel_group_name, log_append, publish_soon
+from tasks_app.events import cancel_group_name, log_append, log_entries, log_publish, publish_soon
 from tasks_app.models import Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
 from tasks_app.protocol.convert import (
     STATE_TO_PROTO_NAME,
@@ -205,12 +205,13 @@ def _task_to_continue(caller: Caller, message: pb.Message) -> Task:
 def _create_task(
     caller: Caller, task: Task, message: pb.Message, push_config: PushConfigInput | None
 ) -> dict:
-    """Store a new task with its first message and log entry; the task as stored."""
-    sql.insert([task])
-    user_message = _store_user_message(caller, task, message)
+    """Store a new task, its first message and log entry (one statement on PostgreSQL); the task as stored."""
+    user_message = _user_message(caller, task, message)
     task.event_seq = 0
     snapshot = task_dict(task, messages=[user_message])
-    events = log_append(task, [(TaskEvent.Kind.TASK, {"task": snapshot})], live=False)
+    events = log_entries(task, [(TaskEvent.Kind.TASK, {"task": snapshot})])
+    sql.insert_all([[task], [user_message], events])
+    log_publish(task, events, live=False)
     if push_config is not None:
         # Stored before the first event is queued, so the webhook gets the Task itself too.
         push_config_save(task, push_config)
@@ -271,8 +272,15 @@ def _approval(caller: Caller, task: Task, message: pb.Message, decision: str | N
 def _store_user_message(
     caller: Caller, task: Task, message: pb.Message, approval: dict | None = None
 ) -> Message:
+    stored = _user_message(caller, task, message, approval)
+    sql.insert([stored])
+    return stored
+
+
+def _user_message(caller: Caller, task: Task, message: pb.Message, approval: dict | None = None) -> Message:
+    """The user's message as it is stored, with its turn to run (not saved yet)."""
     data = proto_to_dict(message)
-    stored = Message(
+    return Message(
         tenant=caller.tenant,
         task=task,
         context=task.context,
@@ -287,8 +295,6 @@ def _store_user_message(
         sender=caller.principal,
         approval=approval,
     )
-    sql.insert([stored])
-    return stored
 
 
 def _dispatch_after_commit(task: Task, message: Message) -> None:

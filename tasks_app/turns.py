@@ -60,7 +60,7 @@ from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine, metrics
 from tasks_app.access import parse_task_uuid
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_append, task_state
+from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_entries, log_publish, task_state
 from tasks_app.models import (
     TERMINAL_STATES,
     Artifact,
@@ -865,26 +865,31 @@ class _BatchWriter:
         return None if known is None else copy.copy(known)
 
     def commit(self) -> None:
-        """Write what apply() gathered: messages, artifacts, the log entries, the task row."""
+        """Write what apply() gathered: messages, artifacts, the log entries, the task row.
+
+        The new rows (messages, artifacts, log entries) in one statement on
+        PostgreSQL (sql.insert_all): none of them refers to another's new id.
+        """
         task = self.task
-        if self.messages:
-            sql.insert(self.messages)
-            if task.status_message is not None:
-                # Assigned again, not by its id: setting the id drops the cached message
-                # (its id changed), and the next read of it would be a query.
-                task.status_message = task.status_message
+        new_artifacts = []
         for artifact in self.changed_artifacts.values():
             if artifact.pk is None:
-                sql.insert([artifact])
+                new_artifacts.append(artifact)
             else:
                 sql.update(artifact, ARTIFACT_FIELDS)
+        events = log_entries(task, self.entries)
+        sql.insert_all([self.messages, new_artifacts, events])
+        if self.messages and task.status_message is not None:
+            # Assigned again, not by its id: setting the id drops the cached message
+            # (its id changed), and the next read of it would be a query.
+            task.status_message = task.status_message
         snapshot = None
         if self.view is not None:
             self.view_after = TaskView(messages=list(self.view.messages), artifacts=list(self.view.artifacts))
             self.view_after.add(self.messages, list(self.changed_artifacts.values()))
             if task.state in SETTLED_STATES:
                 snapshot = self.view_after.snapshot(task)
-        events = log_append(task, self.entries, snapshot=snapshot)
+        log_publish(task, events, snapshot=snapshot)
         sql.update(task, sorted(self.fields))
         push_deliveries_queue(task, events)
 

@@ -255,6 +255,59 @@ def insert(objs: list[Model]) -> None:
 
 
 @functools.cache
+def _insert_all_statement(shape: tuple[tuple[type[Model], int], ...]) -> tuple[str, list]:
+    """PostgreSQL: one statement of several INSERTs (a WITH of them), and each one's (fields, auto pk).
+
+    It returns one row: an array of each INSERT's new primary keys (NULL for
+    an INSERT of a model with no auto primary key).
+    """
+    parts, returned, writes = [], [], []
+    for n, (model, rows) in enumerate(shape):
+        statement, fields, auto = _insert_statement(model, rows)
+        parts.append(f"i{n} AS ({statement})")
+        returned.append(f"(SELECT array_agg({quote(auto.column)}) FROM i{n})" if auto is not None else "NULL")
+        writes.append((fields, auto))
+    return f"WITH {', '.join(parts)} SELECT {', '.join(returned)}", writes
+
+
+def insert_all(groups: list[list[Model]]) -> None:
+    """insert() of each list, in one statement on PostgreSQL: a WITH of the INSERTs.
+
+    For the rows one transaction writes together (a new task with its first
+    message and log entry, a batch of a turn's events): a round trip and a
+    statement instead of one per model. The rows of one list may not refer to
+    those of another by an auto primary key (it is not known yet); a
+    reference to a row inserted before, or to one named by its own key (a
+    task's UUID), is fine. Each list's keys come back in its own order, as
+    RETURNING gives a multi-row INSERT's (Django's bulk_create relies on the
+    same). Elsewhere: one insert() per list, in the order given.
+    """
+    groups = [objs for objs in groups if objs]
+    connection = _connection()
+    if connection.vendor != "postgresql" or len(groups) < 2:
+        for objs in groups:
+            insert(objs)
+        return
+    sql, writes = _insert_all_statement(tuple((type(objs[0]), len(objs)) for objs in groups))
+    params = [
+        field.get_db_prep_save(field.pre_save(obj, True), connection)
+        for objs, (fields, _) in zip(groups, writes, strict=True)
+        for obj in objs
+        for field in fields
+    ]
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        keys = cursor.fetchone()
+    for objs, (_, auto), pks in zip(groups, writes, keys, strict=True):
+        if auto is not None:
+            for obj, pk in zip(objs, pks, strict=True):
+                setattr(obj, auto.attname, pk)
+        for obj in objs:
+            obj._state.adding = False
+            obj._state.db = connection.alias
+
+
+@functools.cache
 def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[str, list]:
     fields = [model._meta.get_field(name) for name in names]
     sql = (

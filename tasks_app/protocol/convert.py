@@ -126,7 +126,8 @@ def task_dict(
     if artifacts:
         data["artifacts"] = [artifact_dict(a) for a in artifacts]
     if messages and history_length != 0:
-        kept = [m for m in messages if m.pk != task.status_message_id]
+        # A message not stored yet (pk None) is never the status message.
+        kept = [m for m in messages if m.pk is None or m.pk != task.status_message_id]
         if history_length is not None:
             kept = kept[-history_length:]
         history = [message_dict(m, context_id) for m in kept]

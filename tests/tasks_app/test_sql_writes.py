@@ -15,8 +15,9 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.signals import post_init, post_save, pre_init, pre_save
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
@@ -120,3 +121,41 @@ def test_a_timestamp_is_its_utc_time_to_the_millisecond(value):
     assert datetime.fromisoformat(printed[:-1] + "+00:00") == value.replace(
         microsecond=value.microsecond // 1000 * 1000
     )
+
+
+def test_insert_all_writes_each_list_and_gives_each_row_its_key(stored):
+    """sql.insert_all: several models' new rows in one statement on PostgreSQL, each list's keys in order."""
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    with transaction.atomic():
+        context = Context.objects.create(tenant=agent.tenant, owner="anonymous", context_id=str(uuid.uuid4()))
+        task = Task(
+            tenant=agent.tenant,
+            agent=agent,
+            context=context,
+            owner="anonymous",
+            status_timestamp=timezone.now(),
+            event_seq=2,
+        )
+        messages = [
+            Message(
+                tenant=agent.tenant,
+                task=task,
+                context=context,
+                role=Message.Role.AGENT,
+                message_id=f"all-{n}",
+                parts=[{"text": f"part {n}"}],
+            )
+            for n in range(3)
+        ]
+        events = [TaskEvent(task=task, seq=n, kind=TaskEvent.Kind.STATUS, payload={"n": n}) for n in (1, 2)]
+        with CaptureQueriesContext(connection) as queries:
+            sql.insert_all([[task], messages, [], events])
+        assert len(queries.captured_queries) == (1 if connection.vendor == "postgresql" else 3)
+        stored_messages = {m.pk: m.message_id for m in Message.objects.filter(task=task)}
+        assert stored_messages == {m.pk: m.message_id for m in messages}
+        assert sorted(stored_messages) == [m.pk for m in messages]  # keys given back in the list's order
+        stored_events = TaskEvent.objects.filter(task=task).order_by("seq")
+        assert [event.payload for event in stored_events] == [{"n": 1}, {"n": 2}]
+        assert all(not obj._state.adding for obj in [task, *messages, *events])
+        assert Task.objects.get(pk=task.pk).updated_at == task.updated_at  # auto_now filled, as save()
+        transaction.set_rollback(True)

@@ -19,7 +19,9 @@ unless told), so the server no longer parses and plans it either.
 """
 
 import functools
+import itertools
 import json
+import re
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import JSONField, Model
@@ -171,18 +173,27 @@ def hydrate_all(row, *models: type[Model], start: int = 0) -> list[Model | None]
 
 
 def _cursor(connection):
-    """A Django cursor (query logging, error wrapping) for these statements: server-bound on PostgreSQL."""
+    """A Django cursor (query logging, error wrapping) for these statements: server-bound on PostgreSQL.
+
+    On PostgreSQL the statement goes as `_numbered` writes it, not through
+    psycopg's own conversion of %s placeholders: psycopg keeps a conversion
+    only for a statement of at most 50 values and 4 kB, and converts any other
+    anew on every run (a regular expression over the whole text). A batch of a
+    turn's events has more values than that: its conversion was about a tenth of
+    a worker's CPU per turn (py-spy, bench/README.md).
+    """
     if connection.vendor != "postgresql":
         return connection.cursor()
-    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID, ServerBindingCursor
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
     from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg import RawCursor
     from psycopg.pq import Format
 
-    # What connection.cursor() does, with the cursor class the ORM's SQL cannot use.
+    # What connection.cursor() does, with a cursor class the ORM's SQL cannot use.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
-        raw = ServerBindingCursor(connection.connection)
+        raw = RawCursor(connection.connection)
         if (
             connection.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone
             != connection.timezone
@@ -191,22 +202,40 @@ def _cursor(connection):
         return connection._prepare_cursor(raw)
 
 
+_PLACEHOLDER = re.compile(r"%([%s])")
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbered(sql: str) -> str:
+    """A statement's %s placeholders as PostgreSQL's own $1, $2, ... (and %% as %)."""
+    numbers = itertools.count(1)
+    return _PLACEHOLDER.sub(lambda match: "%" if match.group(1) == "%" else f"${next(numbers)}", sql)
+
+
+def _execute(connection, cursor, sql: str, params) -> None:
+    """Run a statement written with %s placeholders on a cursor of `_cursor`."""
+    cursor.execute(_numbered(sql) if connection.vendor == "postgresql" else sql, params)
+
+
 def fetch_one(sql: str, params) -> tuple | None:
-    with _cursor(_connection()) as cursor:
-        cursor.execute(sql, params)
+    connection = _connection()
+    with _cursor(connection) as cursor:
+        _execute(connection, cursor, sql, params)
         return cursor.fetchone()
 
 
 def fetch_all(sql: str, params) -> list[tuple]:
-    with _cursor(_connection()) as cursor:
-        cursor.execute(sql, params)
+    connection = _connection()
+    with _cursor(connection) as cursor:
+        _execute(connection, cursor, sql, params)
         return cursor.fetchall()
 
 
 def execute(sql: str, params) -> int:
     """Run one statement; the number of rows it changed."""
-    with _cursor(_connection()) as cursor:
-        cursor.execute(sql, params)
+    connection = _connection()
+    with _cursor(connection) as cursor:
+        _execute(connection, cursor, sql, params)
         return cursor.rowcount
 
 
@@ -245,7 +274,7 @@ def insert(objs: list[Model]) -> None:
         field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields
     ]
     with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
+        _execute(connection, cursor, sql, params)
         if auto is not None:
             for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
                 setattr(obj, auto.attname, pk)
@@ -296,7 +325,7 @@ def insert_all(groups: list[list[Model]]) -> None:
         for field in fields
     ]
     with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
+        _execute(connection, cursor, sql, params)
         keys = cursor.fetchone()
     for objs, (_, auto), pks in zip(groups, writes, keys, strict=True):
         if auto is not None:
@@ -325,5 +354,5 @@ def update(obj: Model, names) -> int:
     params = [field.get_db_prep_save(field.pre_save(obj, False), connection) for field in fields]
     params.append(model._meta.pk.get_db_prep_save(obj.pk, connection))
     with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
+        _execute(connection, cursor, sql, params)
         return cursor.rowcount

@@ -20,7 +20,6 @@ from a2a.types import a2a_pb2 as pb
 from a2a.types import a2a_pb2_grpc
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, MethodNotFoundError
 from a2a.utils.grpc_status import status_to_grpc
-from a2a.utils.proto_utils import validate_proto_required_fields
 from django.conf import settings
 from google.protobuf import empty_pb2
 from google.protobuf.json_format import ParseDict
@@ -36,7 +35,7 @@ from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller,
 from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.errors import StoreUnavailable, grpc_status
 from tasks_app.protocol.http import CALLER_REFUSED, SEND_METHODS, check_version_value_1, idempotency_key_value
-from tasks_app.protocol.validation import check_request
+from tasks_app.protocol.validation import check_request, check_required_fields
 from tasks_app.quotas import quota_check
 
 logger = logging.getLogger(__name__)
@@ -152,7 +151,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         takes_pending_call gets a PendingCall, which it resolves in its own
         first trip to a database thread; any other gets the resolved Call.
         """
-        validate_proto_required_fields(request)
+        check_required_fields(request)
         check_request(request)
         tenant_slug, agent_slug = _address(request.tenant)
         metadata = _metadata(context)

@@ -22,16 +22,19 @@ further down fails on it with an internal error or stores something broken:
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
 from collections import deque
+from typing import NamedTuple
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
+from google.api.field_behavior_pb2 import FieldBehavior, field_behavior
 from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from tasks_app.models import Context, Message
@@ -113,9 +116,96 @@ def parse_dict(data: dict, message):
 def parse_request(data: dict, request_type):
     """A 1.0 request proto from ProtoJSON params, checked (see the module docstring)."""
     parsed = parse_dict(data, request_type())
-    validate_proto_required_fields(parsed)
+    check_required_fields(parsed)
     check_request(parsed)
     return parsed
+
+
+class _Shape(NamedTuple):
+    """What checking a message type's REQUIRED fields looks at: those fields, and where they may nest."""
+
+    required: tuple[FieldDescriptor, ...]
+    # (field name, SINGLE / REPEATED / MAP) of each message field whose type may hold a REQUIRED field.
+    nested: tuple[tuple[str, str], ...]
+
+
+SINGLE, REPEATED, MAP = "single", "repeated", "map"
+
+
+def check_required_fields(message) -> None:
+    """The a2a-sdk's validate_proto_required_fields, with its per-field lookups made once per type.
+
+    The SDK reads every field's options on every call, of every nested
+    message: about 3% of the web process's CPU per SendMessage (py-spy,
+    bench/README.md). Here a message type's REQUIRED fields, and the fields
+    through which one may be reached, are found once; a request that has them
+    all costs a walk of those alone. One that misses any goes to the SDK's own
+    check, which raises its error (InvalidParamsError with each field's path).
+    """
+    if not _has_required(message):
+        validate_proto_required_fields(message)
+
+
+def _has_required(message) -> bool:
+    shape = _shape(message.DESCRIPTOR)
+    for field in shape.required:
+        value = getattr(message, field.name)
+        if field.is_repeated:
+            if not value:
+                return False
+        elif field.has_presence:
+            if not message.HasField(field.name):
+                return False
+        elif value == field.default_value:
+            return False
+    for name, kind in shape.nested:
+        value = getattr(message, name)
+        if kind == SINGLE:
+            if message.HasField(name) and not _has_required(value):
+                return False
+        elif kind == REPEATED:
+            if not all(_has_required(item) for item in value):
+                return False
+        elif not all(_has_required(item) for item in value.values()):
+            return False
+    return True
+
+
+@functools.cache
+def _shape(descriptor: Descriptor) -> _Shape:
+    required = tuple(
+        field
+        for field in descriptor.fields
+        if FieldBehavior.REQUIRED in field.GetOptions().Extensions[field_behavior]
+    )
+    nested = []
+    for field in descriptor.fields:
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            value_type = field.message_type.fields_by_name["value"].message_type
+            if value_type is not None and _may_require(value_type):
+                nested.append((field.name, MAP))
+        elif _may_require(field.message_type):
+            nested.append((field.name, REPEATED if field.is_repeated else SINGLE))
+    return _Shape(required, tuple(nested))
+
+
+@functools.cache
+def _may_require(descriptor: Descriptor) -> bool:
+    """Whether a message of this type can hold a REQUIRED field, in itself or in any message within it."""
+    seen, stack = set(), [descriptor]
+    while stack:
+        current = stack.pop()
+        if current.full_name in seen:
+            continue
+        seen.add(current.full_name)
+        for field in current.fields:
+            if FieldBehavior.REQUIRED in field.GetOptions().Extensions[field_behavior]:
+                return True
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                stack.append(field.message_type)
+    return False
 
 
 def _check_finite(data) -> None:

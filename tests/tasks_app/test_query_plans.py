@@ -18,6 +18,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotCancelableError
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg import RawCursor
 
 from agents.registry import build_executor
 from tasks_app.access import (
@@ -131,10 +132,13 @@ def _scans(plan: dict):
 
 
 def _explained(statement: str, params) -> dict:
-    # ANALYZE runs the statement: in a savepoint of its own, undone at once.
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
-        plan = cursor.fetchone()[0]
+    # ANALYZE runs the statement: in a savepoint of its own, undone at once. tenants/sql.py
+    # sends its statements numbered ($1, $2, ...), on a cursor that takes them so.
+    with transaction.atomic():
+        numbered = "$1" in statement
+        with RawCursor(connection.connection) if numbered else connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
+            plan = cursor.fetchone()[0]
         transaction.set_rollback(True)
     return plan[0]["Plan"]
 

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError, InvalidParamsError
-from a2a.utils.proto_utils import validate_proto_required_fields
 from django.http import JsonResponse
 from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
@@ -27,7 +26,7 @@ from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
 from tasks_app.protocol.http import call_for
 from tasks_app.protocol.sse import sse_response
-from tasks_app.protocol.validation import check_request, check_text, parse_dict
+from tasks_app.protocol.validation import check_request, check_required_fields, check_text, parse_dict
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +140,7 @@ async def run(name: str, call: Call, request, missing: A2AError | None = None, *
     request_type, operation, _streaming = entry
     if not isinstance(request, request_type):
         request = parse_proto(MessageToDict(request), request_type())
-    validate_proto_required_fields(request)
+    check_required_fields(request)
     check_request(request)  # the same checks the 1.0 bindings make
     return await operation(call, request, **options)
 

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
-from a2a.utils.proto_utils import validate_proto_required_fields
 
 from tasks_app.events import closes_stream
 from tasks_app.protocol.convert import PROTO_NAME_TO_STATE
 from tasks_app.protocol.legacy.common import parse_proto
-from tasks_app.protocol.validation import check_text, is_base64
+from tasks_app.protocol.validation import check_required_fields, check_text, is_base64
 
 PART_TYPES = {
     "text": "text",
@@ -136,7 +135,7 @@ def parse_send(params: dict) -> SendParams:
         # and stores it with the task, so a refused URL leaves nothing behind.
         request.setdefault("configuration", {})["taskPushNotificationConfig"] = core_push_config(push)
     parsed = parse_proto(request, pb.SendMessageRequest())
-    validate_proto_required_fields(parsed)
+    check_required_fields(parsed)
     spelling = "example" if any(str(p.get("type", "")).endswith("Part") for p in parts) else "spec"
     return SendParams(task_id, parsed, spelling)
 

@@ -44,6 +44,13 @@ app.config_from_object(_CelerySettings(), namespace="CELERY")
 app.autodiscover_tasks()
 
 
+@signals.worker_ready.connect
+def _startup_objects_frozen(**kwargs) -> None:
+    from a2a_platform.collector import leave_startup_objects
+
+    leave_startup_objects()
+
+
 @signals.task_prerun.connect
 def _connection_checked_if_idle(**kwargs) -> None:
     from tasks_app.db import connection_checked_if_idle

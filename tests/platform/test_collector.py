@@ -1,4 +1,4 @@
-"""The web and worker processes leave what start-up loaded out of the collector (a2a_platform/collector.py)."""
+"""Web and worker processes leave what start-up loaded out of the collector (a2a_platform/collector.py)."""
 
 import os
 import subprocess

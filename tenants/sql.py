@@ -10,12 +10,14 @@ would have built, and a row written here the row it would have written.
 Everything else stays with the ORM.
 
 Statements are plain SQL that both PostgreSQL and SQLite (3.35 or later:
-RETURNING) run; `%s` is the placeholder on both. On PostgreSQL they bind
+RETURNING) run; they are written with `%s` placeholders. On PostgreSQL they bind
 their values on the server, unlike the ORM's (Django quotes values into the
 text, since not all of its SQL can be prepared: ticket #20516). Values then
 travel apart, unquoted, and psycopg prepares a statement that a connection
 has run DB_PREPARE_THRESHOLD times (settings.py: Django turns preparing off
-unless told), so the server no longer parses and plans it either.
+unless told), so the server no longer parses and plans it either. They go to
+PostgreSQL already numbered ($1, $2, ...: `_numbered`, once per text), on
+psycopg's RawCursor, which sends them as they are.
 """
 
 import functools

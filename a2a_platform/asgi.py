@@ -12,7 +12,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from a2a_platform.a2a_asgi import A2AHandler, http_router  # noqa: E402
-from a2a_platform.collector import leave_startup_objects  # noqa: E402
+from a2a_platform.collector import freeze_startup_objects  # noqa: E402
 from a2a_platform.console.routing import websocket_urlpatterns  # noqa: E402
 from a2a_platform.daphne_requests import disable_form_parsing  # noqa: E402
 
@@ -30,4 +30,4 @@ application = ProtocolTypeRouter(
 )
 
 # Daphne serves it next: what start-up loaded lives as long as the process (a2a_platform/collector.py).
-leave_startup_objects()
+freeze_startup_objects()

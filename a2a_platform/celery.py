@@ -45,10 +45,12 @@ app.autodiscover_tasks()
 
 
 @signals.worker_ready.connect
+@signals.worker_process_init.connect
 def _startup_objects_frozen(**kwargs) -> None:
-    from a2a_platform.collector import leave_startup_objects
+    # A threads pool's worker is ready in its one process; a prefork pool's children each start.
+    from a2a_platform.collector import freeze_startup_objects
 
-    leave_startup_objects()
+    freeze_startup_objects()
 
 
 @signals.task_prerun.connect

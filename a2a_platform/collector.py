@@ -8,11 +8,18 @@ collection walked them all again. Under load a worker spent about a tenth of
 its CPU in the collector (py-spy --native at c=32, bench/README.md), more the
 more requests were in flight.
 
-`leave_startup_objects()` runs once a process is ready to serve: it collects
+`freeze_startup_objects()` runs once a process is ready to serve: it collects
 what start-up left behind, then freezes the rest (gc.freeze) so that later
 collections walk only objects made since. The collector still runs; nothing
 it could free is kept from it, except start-up's own objects, which live on
-anyway.
+anyway. Where it runs:
+
+- a web process: when `a2a_platform.asgi` is imported, which is what Daphne
+  serves (`webserve`'s processes, and `serve`'s one process with its worker
+  threads); a test that imports it in process freezes the test's process too;
+- a worker: once Celery's worker is ready (the threads pool, as `workserve`
+  runs it), and in each child a prefork pool would start;
+- `grpcserve`, before it serves.
 """
 
 import gc
@@ -21,10 +28,8 @@ import logging
 logger = logging.getLogger(__name__)
 
 
-def leave_startup_objects() -> int:
-    """Collect, then freeze what is left; the number of objects frozen."""
+def freeze_startup_objects() -> None:
+    """Collect, then freeze what is left out of later collections."""
     gc.collect()
     gc.freeze()
-    frozen = gc.get_freeze_count()
-    logger.debug("%d objects of start-up frozen out of the collector", frozen)
-    return frozen
+    logger.debug("%d objects of start-up frozen out of the collector", gc.get_freeze_count())

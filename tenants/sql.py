@@ -181,8 +181,8 @@ def _cursor(connection):
     psycopg's own conversion of %s placeholders: psycopg keeps a conversion
     only for a statement of at most 50 values and 4 kB, and converts any other
     anew on every run (a regular expression over the whole text). A batch of a
-    turn's events has more values than that: its conversion was about a tenth of
-    a worker's CPU per turn (py-spy, bench/README.md).
+    turn's events has more values than that: its conversion was 11.6% of a
+    worker's samples under load (py-spy, bench/README.md).
     """
     if connection.vendor != "postgresql":
         return connection.cursor()
@@ -204,14 +204,25 @@ def _cursor(connection):
         return connection._prepare_cursor(raw)
 
 
-_PLACEHOLDER = re.compile(r"%([%s])")
+_PLACEHOLDER = re.compile(r"%(.|$)", re.DOTALL)
 
 
 @functools.lru_cache(maxsize=1024)
 def _numbered(sql: str) -> str:
-    """A statement's %s placeholders as PostgreSQL's own $1, $2, ... (and %% as %)."""
+    """A statement's %s placeholders as PostgreSQL's own $1, $2, ... (and %% as %).
+
+    Any other % (a named placeholder, a stray one) is refused, as psycopg refuses it.
+    """
     numbers = itertools.count(1)
-    return _PLACEHOLDER.sub(lambda match: "%" if match.group(1) == "%" else f"${next(numbers)}", sql)
+
+    def number(match: re.Match) -> str:
+        if match.group(1) == "%":
+            return "%"
+        if match.group(1) == "s":
+            return f"${next(numbers)}"
+        raise ValueError(f"only %s placeholders (and %% for %) are allowed: {match.group(0)!r} in {sql!r}")
+
+    return _PLACEHOLDER.sub(number, sql)
 
 
 def _execute(connection, cursor, sql: str, params) -> None:

@@ -121,15 +121,16 @@ def parse_request(data: dict, request_type):
     return parsed
 
 
+# How a message field holds its messages (_Shape.nested).
+_SINGLE, _REPEATED, _MAP = "single", "repeated", "map"
+
+
 class _Shape(NamedTuple):
     """What checking a message type's REQUIRED fields looks at: those fields, and where they may nest."""
 
     required: tuple[FieldDescriptor, ...]
-    # (field name, SINGLE / REPEATED / MAP) of each message field whose type may hold a REQUIRED field.
+    # (field name, _SINGLE / _REPEATED / _MAP) of each message field whose type may hold a REQUIRED field.
     nested: tuple[tuple[str, str], ...]
-
-
-SINGLE, REPEATED, MAP = "single", "repeated", "map"
 
 
 def check_required_fields(message) -> None:
@@ -160,10 +161,10 @@ def _has_required(message) -> bool:
             return False
     for name, kind in shape.nested:
         value = getattr(message, name)
-        if kind == SINGLE:
+        if kind == _SINGLE:
             if message.HasField(name) and not _has_required(value):
                 return False
-        elif kind == REPEATED:
+        elif kind == _REPEATED:
             if not all(_has_required(item) for item in value):
                 return False
         elif not all(_has_required(item) for item in value.values()):
@@ -171,13 +172,13 @@ def _has_required(message) -> bool:
     return True
 
 
+def _is_required(field: FieldDescriptor) -> bool:
+    return FieldBehavior.REQUIRED in field.GetOptions().Extensions[field_behavior]
+
+
 @functools.cache
 def _shape(descriptor: Descriptor) -> _Shape:
-    required = tuple(
-        field
-        for field in descriptor.fields
-        if FieldBehavior.REQUIRED in field.GetOptions().Extensions[field_behavior]
-    )
+    required = tuple(field for field in descriptor.fields if _is_required(field))
     nested = []
     for field in descriptor.fields:
         if field.type != FieldDescriptor.TYPE_MESSAGE:
@@ -185,9 +186,9 @@ def _shape(descriptor: Descriptor) -> _Shape:
         if field.message_type.GetOptions().map_entry:
             value_type = field.message_type.fields_by_name["value"].message_type
             if value_type is not None and _may_require(value_type):
-                nested.append((field.name, MAP))
+                nested.append((field.name, _MAP))
         elif _may_require(field.message_type):
-            nested.append((field.name, REPEATED if field.is_repeated else SINGLE))
+            nested.append((field.name, _REPEATED if field.is_repeated else _SINGLE))
     return _Shape(required, tuple(nested))
 
 
@@ -201,7 +202,7 @@ def _may_require(descriptor: Descriptor) -> bool:
             continue
         seen.add(current.full_name)
         for field in current.fields:
-            if FieldBehavior.REQUIRED in field.GetOptions().Extensions[field_behavior]:
+            if _is_required(field):
                 return True
             if field.type == FieldDescriptor.TYPE_MESSAGE:
                 stack.append(field.message_type)

@@ -36,3 +36,14 @@ def test_a_worker_freezes_its_startup_objects_once_ready(tmp_path):
     )
     assert loaded == 0  # loading the Celery app alone (as beat and the web do) freezes nothing
     assert ready > 100_000
+
+
+def test_a_prefork_child_freezes_its_startup_objects_as_it_starts(tmp_path):
+    loaded, started = _run(
+        "import gc, django; django.setup(); from celery import signals; import a2a_platform.celery; "
+        "print(gc.get_freeze_count()); signals.worker_process_init.send(sender=None); "
+        "print(gc.get_freeze_count())",
+        tmp_path,
+    )
+    assert loaded == 0
+    assert started > 100_000

@@ -31,7 +31,6 @@ from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.services import task_cancel
 from tasks_app.turns import _Claim, _claim_and_prepare, _prepare, events_store, turn_claim
-from tests.postgres import numbered_placeholders
 from tests.tasks_app.test_query_counts import (
     Collecting,
     _add_history,
@@ -135,7 +134,7 @@ def _explained(statement: str, params) -> dict:
     # ANALYZE runs the statement: in a savepoint of its own, undone at once. tenants/sql.py
     # sends its statements numbered ($1, $2, ...), on a cursor that takes them so.
     with transaction.atomic():
-        numbered = "$1" in statement
+        numbered = "%s" not in statement  # as tenants/sql.py sends its own
         with RawCursor(connection.connection) if numbered else connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
             plan = cursor.fetchone()[0]
@@ -204,10 +203,9 @@ def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
         with connection.execute_wrapper(capture):
             answer = _stored_answer(caller, str(outcome.task.pk))
         [(statement, params)] = ran
-        numbered = numbered_placeholders(statement)
         placeholders = ", ".join(["%s"] * len(params))
         with connection.cursor() as cursor:
-            cursor.execute(f"PREPARE history_page AS {numbered}")
+            cursor.execute(f"PREPARE history_page AS {statement}")  # numbered already (tenants/sql.py)
             try:
                 cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                 cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE history_page({placeholders})", params)

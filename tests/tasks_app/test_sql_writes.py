@@ -159,3 +159,15 @@ def test_insert_all_writes_each_list_and_gives_each_row_its_key(stored):
         assert all(not obj._state.adding for obj in [task, *messages, *events])
         assert Task.objects.get(pk=task.pk).updated_at == task.updated_at  # auto_now filled, as save()
         transaction.set_rollback(True)
+
+
+def test_statements_go_to_postgresql_numbered_as_it_numbers_them():
+    assert sql._numbered("SELECT %s, %s") == "SELECT $1, $2"
+    assert sql._numbered("SELECT " + ", ".join(["%s"] * 11)).endswith("$9, $10, $11")
+    assert sql._numbered("SELECT '100%%' || %s") == "SELECT '100%' || $1"
+
+
+@pytest.mark.parametrize("statement", ["SELECT %(name)s", "SELECT %b", "SELECT 5 % 2", "SELECT 5 %"])
+def test_any_other_percent_sign_is_refused_as_psycopg_refuses_it(statement):
+    with pytest.raises(ValueError, match="only %s placeholders"):
+        sql._numbered(statement)

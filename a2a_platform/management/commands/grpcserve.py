@@ -7,6 +7,7 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from a2a_platform.collector import freeze_startup_objects
 from tasks_app.protocol.grpc_binding import grpc_server
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, host, port, base_url, **options):
+        freeze_startup_objects()  # a2a_platform/collector.py
         asyncio.run(self._serve(host, port, base_url.rstrip("/")))
 
     async def _serve(self, host: str, port: int, base_url: str) -> None:

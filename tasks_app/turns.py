@@ -354,8 +354,9 @@ def owned_turn(turn: Turn):
     return Message.objects.filter(**_owned(turn))
 
 
-def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
-    """Renew the lease of a batch's turn, or close it (done). False if another attempt holds it."""
+def _owned_turn_update(turn: Turn, *, done: bool) -> tuple[str, list]:
+    """The UPDATE that renews the lease of a batch's turn, or closes it (done): it changes no row
+    if another attempt holds the turn. Run with the batch's INSERTs (_BatchWriter.commit)."""
     now = timezone.now()
     if done:
         # A turn closed twice keeps its first end (the console's charts).
@@ -364,12 +365,8 @@ def _owned_turn_update(turn: Turn, *, done: bool) -> bool:
     else:
         changes = "lease_until = %s"
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
-    return bool(
-        sql.execute(
-            f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}",
-            [*values, *_owned(turn).values()],
-        )
-    )
+    statement = f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}"
+    return statement, [*values, *_owned(turn).values()]
 
 
 # --- Setting a turn up -----------------------------------------------------------
@@ -706,13 +703,12 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
         writer = _BatchWriter(task, turn, view)
         for event in batch:
             writer.apply(event)
-        # Renews the lease too (a turn that stores events is alive), and closes
-        # the turn when the batch settles the task.
-        held = _owned_turn_update(turn, done=task.state in SETTLED_STATES)
-        if not held:
-            # Another attempt holds the turn: this one writes nothing more.
+        # The batch renews the turn's lease too (a turn that stores events is alive),
+        # and closes the turn when it settles the task: in the statement of its rows.
+        if not writer.commit(owned=_owned_turn_update(turn, done=task.state in SETTLED_STATES)):
+            # Another attempt holds the turn: this one writes nothing (all of it undone).
+            transaction.set_rollback(True)
             return None
-        writer.commit()
     if view is not None and writer.view_after is not None:
         # Only once committed: a batch tried again after a failed commit must not count twice.
         view.messages, view.artifacts = writer.view_after.messages, writer.view_after.artifacts
@@ -864,11 +860,14 @@ class _BatchWriter:
         known = next((a for a in self.view.artifacts if a.artifact_id == artifact_id), None)
         return None if known is None else copy.copy(known)
 
-    def commit(self) -> None:
+    def commit(self, owned: tuple[str, list] | None = None) -> bool:
         """Write what apply() gathered: messages, artifacts, the log entries, the task row.
 
         The new rows (messages, artifacts, log entries) in one statement on
         PostgreSQL (sql.insert_all): none of them refers to another's new id.
+        `owned`: the turn's lease renewal (_owned_turn_update), run in that same
+        statement; False if it changed nothing (another attempt holds the
+        turn): the caller undoes the transaction, nothing more is written.
         """
         task = self.task
         new_artifacts = []
@@ -878,7 +877,9 @@ class _BatchWriter:
             else:
                 sql.update(artifact, ARTIFACT_FIELDS)
         events = log_entries(task, self.entries)
-        sql.insert_all([self.messages, new_artifacts, events])
+        changed = sql.insert_all([self.messages, new_artifacts, events], also=[owned] if owned else [])
+        if owned and not changed[0]:
+            return False
         if self.messages and task.status_message is not None:
             # Assigned again, not by its id: setting the id drops the cached message
             # (its id changed), and the next read of it would be a query.
@@ -892,6 +893,7 @@ class _BatchWriter:
         log_publish(task, events, snapshot=snapshot)
         sql.update(task, sorted(self.fields))
         push_deliveries_queue(task, events)
+        return True
 
 
 # What a batch may change in a stored artifact.

@@ -296,12 +296,15 @@ def insert(objs: list[Model]) -> None:
         obj._state.db = connection.alias
 
 
-@functools.cache
-def _insert_all_statement(shape: tuple[tuple[type[Model], int], ...]) -> tuple[str, list]:
-    """PostgreSQL: one statement of several INSERTs (a WITH of them), and each one's (fields, auto pk).
+@functools.lru_cache(maxsize=256)
+def _insert_all_statement(
+    shape: tuple[tuple[type[Model], int], ...], updates: tuple[str, ...]
+) -> tuple[str, list]:
+    """PostgreSQL: one statement of several INSERTs, then UPDATEs (a WITH of them), and each INSERT's writes.
 
     It returns one row: an array of each INSERT's new primary keys (NULL for
-    an INSERT of a model with no auto primary key).
+    an INSERT of a model with no auto primary key), then the number of rows
+    each UPDATE changed.
     """
     parts, returned, writes = [], [], []
     for n, (model, rows) in enumerate(shape):
@@ -309,10 +312,13 @@ def _insert_all_statement(shape: tuple[tuple[type[Model], int], ...]) -> tuple[s
         parts.append(f"i{n} AS ({statement})")
         returned.append(f"(SELECT array_agg({quote(auto.column)}) FROM i{n})" if auto is not None else "NULL")
         writes.append((fields, auto))
+    for n, statement in enumerate(updates):
+        parts.append(f"u{n} AS ({statement} RETURNING 1)")
+        returned.append(f"(SELECT count(*) FROM u{n})")
     return f"WITH {', '.join(parts)} SELECT {', '.join(returned)}", writes
 
 
-def insert_all(groups: list[list[Model]]) -> None:
+def insert_all(groups: list[list[Model]], also: list[tuple[str, list]] = ()) -> list[int]:
     """insert() of each list, in one statement on PostgreSQL: a WITH of the INSERTs.
 
     For the rows one transaction writes together (a new task with its first
@@ -323,30 +329,41 @@ def insert_all(groups: list[list[Model]]) -> None:
     task's UUID), is fine. Each list's keys come back in its own order, as
     RETURNING gives a multi-row INSERT's (Django's bulk_create relies on the
     same). Elsewhere: one insert() per list, in the order given.
+
+    `also`: UPDATE statements (SQL without RETURNING, and values) to run in
+    the same statement, after the INSERTs elsewhere; returns the number of
+    rows each changed. On PostgreSQL every part runs on one snapshot: an
+    UPDATE must not touch a row another part writes, nor count on seeing the
+    new rows.
     """
     groups = [objs for objs in groups if objs]
     connection = _connection()
-    if connection.vendor != "postgresql" or len(groups) < 2:
+    if connection.vendor != "postgresql" or len(groups) + len(also) < 2:
         for objs in groups:
             insert(objs)
-        return
-    sql, writes = _insert_all_statement(tuple((type(objs[0]), len(objs)) for objs in groups))
+        return [execute(statement, params) for statement, params in also]
+    sql, writes = _insert_all_statement(
+        tuple((type(objs[0]), len(objs)) for objs in groups), tuple(statement for statement, _ in also)
+    )
     params = [
         field.get_db_prep_save(field.pre_save(obj, True), connection)
         for objs, (fields, _) in zip(groups, writes, strict=True)
         for obj in objs
         for field in fields
     ]
+    for _, values in also:
+        params.extend(values)
     with _cursor(connection) as cursor:
         _execute(connection, cursor, sql, params)
-        keys = cursor.fetchone()
-    for objs, (_, auto), pks in zip(groups, writes, keys, strict=True):
+        row = cursor.fetchone()
+    for objs, (_, auto), pks in zip(groups, writes, row[: len(groups)], strict=True):
         if auto is not None:
             for obj, pk in zip(objs, pks, strict=True):
                 setattr(obj, auto.attname, pk)
         for obj in objs:
             obj._state.adding = False
             obj._state.db = connection.alias
+    return list(row[len(groups) :])
 
 
 @functools.cache
@@ -359,13 +376,16 @@ def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[str, 
     return sql, fields
 
 
-def update(obj: Model, names) -> int:
-    """UPDATE the named fields of a stored instance (auto_now fields refreshed), as save(update_fields)."""
+def update_statement(obj: Model, names) -> tuple[str, list]:
+    """update()'s statement and values (auto_now fields refreshed), for insert_all's `also`."""
     connection = _connection()
     model = type(obj)
     sql, fields = _update_statement(model, tuple(names))
     params = [field.get_db_prep_save(field.pre_save(obj, False), connection) for field in fields]
     params.append(model._meta.pk.get_db_prep_save(obj.pk, connection))
-    with _cursor(connection) as cursor:
-        _execute(connection, cursor, sql, params)
-        return cursor.rowcount
+    return sql, params
+
+
+def update(obj: Model, names) -> int:
+    """UPDATE the named fields of a stored instance (auto_now fields refreshed), as save(update_fields)."""
+    return execute(*update_statement(obj, names))

@@ -7,6 +7,7 @@ transaction per step (accept; claim; prepare; one per batch of events).
 """
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import timedelta
 
@@ -23,7 +24,7 @@ from agents.models import Agent
 from agents.registry import build_executor
 from tasks_app.access import Caller, get_task_and_artifacts_for_caller
 from tasks_app.events import _state_and_events_after
-from tasks_app.models import Artifact, Message
+from tasks_app.models import Artifact, Message, Task
 from tasks_app.protocol.http import NoAgent, PendingCall
 from tasks_app.protocol.operations import _get_task
 from tasks_app.selectors import task_snapshot
@@ -39,8 +40,9 @@ SEND_WITH_KEY = {"postgresql": 3, "sqlite": 5}
 PREPARE_MAX = 1
 # Lock (which also tells whether the task has push configs), lease, agent message insert,
 # artifact write, the log, the task (the artifact is found in the turn's view, the new status
-# message stays cached). On PostgreSQL the three inserts are one statement (sql.insert_all).
-STORE = {"postgresql": 4, "sqlite": 6}
+# message stays cached). On PostgreSQL the three inserts and the lease are one statement
+# (sql.insert_all).
+STORE = {"postgresql": 3, "sqlite": 6}
 # A first turn's claim with its read: one statement on PostgreSQL (a data-modifying WITH), two on
 # SQLite (its UPDATE ... RETURNING cannot feed a join).
 CLAIM_AND_PREPARE = {"postgresql": 1, "sqlite": 2}
@@ -182,6 +184,37 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
         stored_task = _stored_answer(caller, str(outcome.task.pk))
         assert stored_task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert [event.seq for event in outcome.task.events.order_by("seq")] == [1, 2, 3, 4]
+
+    _in_rollback(work)
+
+
+@pytest.mark.parametrize("done", [True, False], ids=["settling batch", "batch that goes on"])
+def test_a_batch_of_a_turn_another_attempt_holds_writes_nothing(stored, done):
+    """The lease renewal runs in the batch's own statement: when it finds the turn taken, all is undone."""
+    caller = _caller()
+
+    def work():
+        outcome = _send(caller)
+        message_pk = _first_turn(outcome)
+        assert turn_claim(outcome.task.pk, message_pk)
+        turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk)
+        queue = Collecting()
+        asyncio.run(build_executor(caller.agent).execute(context, queue))
+        batch = queue.events if done else queue.events[:2]  # WORKING and the artifact: not settled
+        # The sweeper gave the turn to a new attempt meanwhile.
+        Message.objects.filter(pk=message_pk).update(turn_attempts=turn.attempt + 1)
+        before = Message.objects.values("turn", "lease_until", "turn_finished_at").get(pk=message_pk)
+        assert events_store(turn, batch, view) is None
+        task = Task.objects.get(pk=outcome.task.pk)
+        assert (task.state, task.event_seq) == (outcome.task.state, outcome.task.event_seq)
+        assert list(task.events.values_list("seq", flat=True)) == [1]
+        assert not task.artifacts.exists()
+        assert list(task.messages.values_list("role", flat=True)) == [Message.Role.USER]
+        assert Message.objects.values("turn", "lease_until", "turn_finished_at").get(pk=message_pk) == before
+        # The attempt that holds it stores the same batch.
+        holder = dataclasses.replace(turn, attempt=turn.attempt + 1)
+        assert events_store(holder, batch, view) == ("completed" if done else "working")
+        assert Task.objects.get(pk=outcome.task.pk).event_seq == 1 + len(batch)
 
     _in_rollback(work)
 

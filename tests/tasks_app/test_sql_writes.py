@@ -171,3 +171,25 @@ def test_statements_go_to_postgresql_numbered_as_it_numbers_them():
 def test_any_other_percent_sign_is_refused_as_psycopg_refuses_it(statement):
     with pytest.raises(ValueError, match="only %s placeholders"):
         sql._numbered(statement)
+
+
+def test_insert_all_runs_updates_in_the_same_statement_and_counts_their_rows(stored):
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    with transaction.atomic():
+        context = Context.objects.create(tenant=agent.tenant, owner="anonymous", context_id=str(uuid.uuid4()))
+        now = timezone.now()
+        task = Task.objects.create(
+            tenant=agent.tenant, agent=agent, context=context, owner="anonymous", status_timestamp=now
+        )
+        events = [TaskEvent(task=task, seq=1, kind=TaskEvent.Kind.STATUS, payload={"n": 1})]
+        task.event_seq = 1
+        renamed = f"UPDATE {sql.table(Context)} SET owner = %s WHERE id = %s"
+        with CaptureQueriesContext(connection) as queries:
+            counts = sql.insert_all(
+                [events], also=[sql.update_statement(task, ["event_seq"]), (renamed, ["someone", -1])]
+            )
+        assert counts == [1, 0]  # the task's row; no context has id -1
+        assert len(queries.captured_queries) == (1 if connection.vendor == "postgresql" else 3)
+        assert Task.objects.get(pk=task.pk).event_seq == 1
+        assert list(TaskEvent.objects.filter(task=task).values_list("seq", flat=True)) == [1]
+        transaction.set_rollback(True)

@@ -354,7 +354,7 @@ def owned_turn(turn: Turn):
     return Message.objects.filter(**_owned(turn))
 
 
-def _owned_turn_update(turn: Turn, *, done: bool) -> tuple[str, list]:
+def _owned_turn_statement(turn: Turn, *, done: bool) -> tuple[str, list]:
     """The UPDATE that renews the lease of a batch's turn, or closes it (done): it changes no row
     if another attempt holds the turn. Run with the batch's INSERTs (_BatchWriter.commit)."""
     now = timezone.now()
@@ -705,7 +705,7 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
             writer.apply(event)
         # The batch renews the turn's lease too (a turn that stores events is alive),
         # and closes the turn when it settles the task: in the statement of its rows.
-        if not writer.commit(owned=_owned_turn_update(turn, done=task.state in SETTLED_STATES)):
+        if not writer.commit(owned=_owned_turn_statement(turn, done=task.state in SETTLED_STATES)):
             # Another attempt holds the turn: this one writes nothing (all of it undone).
             transaction.set_rollback(True)
             return None
@@ -865,7 +865,7 @@ class _BatchWriter:
 
         The new rows (messages, artifacts, log entries) in one statement on
         PostgreSQL (sql.insert_all): none of them refers to another's new id.
-        `owned`: the turn's lease renewal (_owned_turn_update), run in that same
+        `owned`: the turn's lease renewal (_owned_turn_statement), run in that same
         statement; False if it changed nothing (another attempt holds the
         turn): the caller undoes the transaction, nothing more is written.
         """

@@ -283,14 +283,22 @@ def insert(objs: list[Model]) -> None:
         return
     connection = _connection()
     sql, fields, auto = _insert_statement(type(objs[0]), len(objs))
-    params = [
-        field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields
-    ]
     with _cursor(connection) as cursor:
-        _execute(connection, cursor, sql, params)
-        if auto is not None:
-            for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
-                setattr(obj, auto.attname, pk)
+        _execute(connection, cursor, sql, _insert_values(connection, objs, fields))
+        pks = [pk for (pk,) in cursor.fetchall()] if auto is not None else None
+    _stored(connection, objs, auto, pks)
+
+
+def _insert_values(connection, objs: list[Model], fields) -> list:
+    """The values of an INSERT of objs, row after row, as save() adapts them (auto_now filled)."""
+    return [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs for field in fields]
+
+
+def _stored(connection, objs: list[Model], auto, pks: list | None) -> None:
+    """Mark inserted instances as stored, with their new auto primary keys (in their order)."""
+    if auto is not None:
+        for obj, pk in zip(objs, pks, strict=True):
+            setattr(obj, auto.attname, pk)
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
@@ -346,10 +354,9 @@ def insert_all(groups: list[list[Model]], also: list[tuple[str, list]] = ()) -> 
         tuple((type(objs[0]), len(objs)) for objs in groups), tuple(statement for statement, _ in also)
     )
     params = [
-        field.get_db_prep_save(field.pre_save(obj, True), connection)
+        value
         for objs, (fields, _) in zip(groups, writes, strict=True)
-        for obj in objs
-        for field in fields
+        for value in _insert_values(connection, objs, fields)
     ]
     for _, values in also:
         params.extend(values)
@@ -357,12 +364,7 @@ def insert_all(groups: list[list[Model]], also: list[tuple[str, list]] = ()) -> 
         _execute(connection, cursor, sql, params)
         row = cursor.fetchone()
     for objs, (_, auto), pks in zip(groups, writes, row[: len(groups)], strict=True):
-        if auto is not None:
-            for obj, pk in zip(objs, pks, strict=True):
-                setattr(obj, auto.attname, pk)
-        for obj in objs:
-            obj._state.adding = False
-            obj._state.db = connection.alias
+        _stored(connection, objs, auto, pks)
     return list(row[len(groups) :])
 
 

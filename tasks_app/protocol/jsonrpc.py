@@ -10,7 +10,6 @@ from a2a.utils.errors import (
     MethodNotFoundError,
 )
 from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
@@ -34,17 +33,16 @@ from tasks_app.protocol.http import (
 )
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
+from tasks_app.protocol.wire_json import JsonAnswer
 
 logger = logging.getLogger(__name__)
 # Method names counted by name in the metrics; anything else counts as "unknown".
 KNOWN_METHODS = frozenset(operations.METHODS) | legacy.LEGACY_METHODS
 
 
-def error_response(
-    request_id, error: A2AError, status: int = 200, headers: dict | None = None
-) -> JsonResponse:
+def error_response(request_id, error: A2AError, status: int = 200, headers: dict | None = None) -> JsonAnswer:
     body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
-    return error_outcome(JsonResponse(body, status=status, headers=headers), error, status)
+    return error_outcome(JsonAnswer(body, status=status, headers=headers), error, status)
 
 
 def _request_id(body) -> str | int | None:
@@ -129,7 +127,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
                 events, lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload}
             )
         result = await operation(call, params)
-        return JsonResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+        return JsonAnswer({"jsonrpc": "2.0", "id": request_id, "result": result})
     except NoAgent:
         return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
     except CallerRefused as refused:

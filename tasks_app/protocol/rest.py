@@ -16,7 +16,6 @@ from a2a.utils.errors import (
     MethodNotFoundError,
 )
 from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
@@ -38,6 +37,7 @@ from tasks_app.protocol.http import (
 )
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
+from tasks_app.protocol.wire_json import JsonAnswer
 
 logger = logging.getLogger(__name__)
 A2A_JSON = "application/a2a+json"
@@ -94,7 +94,7 @@ def _route(rest: str, verb: str, tenant: str):
     return method, params, allowed
 
 
-def error_response(error: A2AError, status: int | None = None, headers: dict | None = None) -> JsonResponse:
+def error_response(error: A2AError, status: int | None = None, headers: dict | None = None) -> JsonAnswer:
     code, body = rest_error(error)
     if status is not None:
         code = body["error"]["code"] = status
@@ -103,7 +103,7 @@ def error_response(error: A2AError, status: int | None = None, headers: dict | N
             403: "PERMISSION_DENIED",
             405: "UNIMPLEMENTED",
         }.get(status, body["error"]["status"])
-    return error_outcome(JsonResponse(body, status=code, headers=headers), error, status)
+    return error_outcome(JsonAnswer(body, status=code, headers=headers), error, status)
 
 
 def _body(request) -> dict:
@@ -169,7 +169,7 @@ def response_type(request) -> str:
 @observe_requests("rest")
 async def rest_endpoint(request, tenant: str, agent: str, rest: str):
     response = await _answer(request, tenant, agent, rest)
-    if isinstance(response, JsonResponse):
+    if isinstance(response, JsonAnswer):
         response["Content-Type"] = response_type(request)
     return response
 
@@ -191,7 +191,7 @@ async def _answer(request, tenant: str, agent: str, rest: str):
         call, params = await call_and_params(request, tenant, agent, method_name, operation, parse)
         if streaming:
             return sse_response(await operation(call, params), lambda payload: payload)
-        return JsonResponse(await operation(call, params))
+        return JsonAnswer(await operation(call, params))
     except RequestDataTooBig:
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
         return error_response(InvalidRequestError(message=payload_too_large_message()), 413)

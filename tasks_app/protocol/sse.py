@@ -1,6 +1,5 @@
 """Server-Sent Events framing shared by the bindings."""
 
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -10,6 +9,7 @@ from django.http import StreamingHttpResponse
 
 from tasks_app.events import HEARTBEAT
 from tasks_app.metrics import ACTIVE_STREAMS
+from tasks_app.protocol.wire_json import json_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def sse_response(
                 name = event_name(payload) if event_name else None
                 if name:
                     lines.append(f"event: {name}")
-                lines.append("data: " + json.dumps(frame(payload), separators=(",", ":")))
+                lines.append("data: " + json_bytes(frame(payload)).decode())
                 yield "\n".join(lines) + "\n\n"
 
     response = StreamingHttpResponse(body(), content_type="text/event-stream")

@@ -14,7 +14,6 @@ import logging
 
 from a2a.compat.v0_3 import types as types_v03
 from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
-from django.http import JsonResponse
 
 from tasks_app.db import db
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_http_status, unavailable_headers
@@ -22,6 +21,7 @@ from tasks_app.protocol.http import CALLER_REFUSED, refusal
 from tasks_app.protocol.legacy import draft, v03
 from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
 from tasks_app.protocol.validation import check_int32
+from tasks_app.protocol.wire_json import JsonAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ SHARED_TASK_METHODS = {
 LEGACY_METHODS: frozenset[str] = frozenset({*v03.HANDLERS, *draft.HANDLERS, *SHARED_TASK_METHODS})
 
 
-async def dispatch(request, body: dict, agent, request_id) -> JsonResponse:
+async def dispatch(request, body: dict, agent, request_id) -> JsonAnswer:
     method = body["method"]
     dialect = draft if method in draft.HANDLERS else v03
     ex = Exchange(

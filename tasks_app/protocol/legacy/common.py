@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError, InvalidParamsError
-from django.http import JsonResponse
 from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 
@@ -27,6 +26,7 @@ from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_err
 from tasks_app.protocol.http import call_for
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import check_request, check_required_fields, check_text, parse_dict
+from tasks_app.protocol.wire_json import JsonAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +55,13 @@ class Exchange:
         """The Call for the 1.0 operation `method` (its scope decides what the caller needs)."""
         return await call_for(self.request, self.agent, method)
 
-    def result(self, result) -> JsonResponse:
-        return JsonResponse({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+    def result(self, result) -> JsonAnswer:
+        return JsonAnswer({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
-    def error(self, error: A2AError, status: int = 200, headers: dict | None = None) -> JsonResponse:
+    def error(self, error: A2AError, status: int = 200, headers: dict | None = None) -> JsonAnswer:
         wire = legacy_error(error, self.error_codes, self.task_aliases)
         body = {"jsonrpc": "2.0", "id": self.request_id, "error": wire}
-        return error_outcome(JsonResponse(body, status=status, headers=headers), error, status)
+        return error_outcome(JsonAnswer(body, status=status, headers=headers), error, status)
 
     def stream(self, items: AsyncIterator, event_name: Callable[[dict], str | None] | None = None):
         """SSE of (seq, {"result": ...}) items; an error after the first event ends it with an error frame."""

@@ -494,36 +494,37 @@ def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> lis
 
 
 async def measure(servers: list[Server], scenarios: list[tuple[str, str]], concurrencies, args) -> list[dict]:
-    """Rows of each (scenario, kind) measured on every server, the scenarios interleaved.
+    """Rows of each (scenario, kind) at each concurrency on every server, all of them interleaved.
 
-    Several scenarios measured together share their rounds: each round runs
-    every server on every scenario, in an order that reverses from round to
-    round. Their ratio (GetTask at 1,000 messages against 2) then compares
-    the same minutes of the machine, whose speed drifts by more than that
-    ratio's margin from one minute to the next.
+    Each round runs every server on every scenario at every concurrency, in an
+    order that reverses from round to round (the servers' order also rotates).
+    A ratio between two rows (c=8 against c=1, GetTask at 1,000 messages
+    against 2) then compares the same minutes of the machine, whose speed
+    drifts by more than those ratios' margins from one minute to the next.
     """
+    units = [(scenario, kind, concurrency) for scenario, kind in scenarios for concurrency in concurrencies]
+    samples = {(server.label, scenario, c): Sample() for server in servers for scenario, _, c in units}
+    for round_index in range(args.rounds):
+        order = units if round_index % 2 == 0 else units[::-1]
+        for server in round_order(servers, round_index):
+            for scenario, kind, concurrency in order:
+                sample = samples[server.label, scenario, concurrency]
+                # CPU is read around the slice and, for returnImmediately, the drain of
+                # its backlog: the work the slice's answers started.
+                cpu_before = server.cpu_times()
+                await closed_loop(server, kind, concurrency, args.seconds, sample)
+                if kind == "send_ri":
+                    await drain(server, sample)
+                sample.add_cpu(cpu_before, server.cpu_times())
+        log(f"  round {round_index + 1}/{args.rounds}: {', '.join(sorted({s for s, _ in scenarios}))}")
     rows = []
-    for concurrency in concurrencies:
-        samples = {(server.label, scenario): Sample() for server in servers for scenario, _ in scenarios}
-        for round_index in range(args.rounds):
-            order = scenarios if round_index % 2 == 0 else scenarios[::-1]
-            for server in round_order(servers, round_index):
-                for scenario, kind in order:
-                    sample = samples[server.label, scenario]
-                    # CPU is read around the slice and, for returnImmediately, the drain of
-                    # its backlog: the work the slice's answers started.
-                    cpu_before = server.cpu_times()
-                    await closed_loop(server, kind, concurrency, args.seconds, sample)
-                    if kind == "send_ri":
-                        await drain(server, sample)
-                    sample.add_cpu(cpu_before, server.cpu_times())
-        for scenario, _ in scenarios:
-            for server in servers:
-                for row in rows_of(server.label, scenario, concurrency, samples[server.label, scenario]):
-                    if scenario in HISTORY_SCENARIOS:
-                        row["history_messages"] = server.history_answers[scenario][0]
-                    rows.append(row)
-            log(f"  done: {scenario} c={concurrency}")
+    for scenario, _, concurrency in units:
+        for server in servers:
+            sample = samples[server.label, scenario, concurrency]
+            for row in rows_of(server.label, scenario, concurrency, sample):
+                if scenario in HISTORY_SCENARIOS:
+                    row["history_messages"] = server.history_answers[scenario][0]
+                rows.append(row)
     return rows
 
 

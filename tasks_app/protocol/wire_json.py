@@ -12,8 +12,9 @@ be answered is now an error: an integer past 64 bits, a lone surrogate, a
 key that is not a string, or a type only Django's encoder knows (Decimal, a
 lazy translation). Dates and times go that way too, so they keep Django's
 spelling (milliseconds, "Z" for UTC). One difference: a NaN or infinite
-number (which Python's JSON parser reads from a request) is written as null,
-valid JSON, where the standard library wrote NaN, which clients refuse.
+number would be written as null, valid JSON, where the standard library wrote
+NaN, which clients refuse; none reaches an answer, as the bindings refuse a
+request that carries one (protocol/validation.py).
 """
 
 import json

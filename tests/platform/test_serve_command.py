@@ -106,9 +106,11 @@ def test_serve_prints_a_curl_that_works_and_a_second_start_keeps_the_data(tmp_pa
         # Twice as printed (the same messageId both times): each run is a new message and a new task.
         for _ in range(2):
             answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60).stdout
-            assert '"state": "TASK_STATE_COMPLETED"' in answer, answer
-            assert "Hello, World! I have received your request (hi)" in answer
-            task_ids.append(re.search(r'"task": \{\s*"id": "([0-9a-f-]{36})"', answer).group(1))
+            task = json.loads(answer)["result"]["task"]
+            assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+            echoed = task["artifacts"][0]["parts"][0]["text"]
+            assert echoed == "Hello, World! I have received your request (hi)"
+            task_ids.append(task["id"])
         assert task_ids[0] != task_ids[1]
         # The seeded proxy fronts this server's own echo agent: it works out of the box
         # (loopback is allowed in debug mode, the embedded default, with no setting).

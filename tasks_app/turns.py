@@ -355,8 +355,11 @@ def owned_turn(turn: Turn):
 
 
 def _owned_turn_statement(turn: Turn, *, done: bool) -> tuple[str, list]:
-    """The UPDATE that renews the lease of a batch's turn, or closes it (done): it changes no row
-    if another attempt holds the turn. Run with the batch's INSERTs (_BatchWriter.commit)."""
+    """The UPDATE that renews the lease of a batch's turn, or closes it (done).
+
+    It changes no row if another attempt holds the turn. Run with the batch's
+    INSERTs (_BatchWriter.commit).
+    """
     now = timezone.now()
     if done:
         # A turn closed twice keeps its first end (the console's charts).

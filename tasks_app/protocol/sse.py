@@ -53,15 +53,15 @@ def sse_response(
         with ACTIVE_STREAMS.track_inprogress():
             async for item in events:
                 if item is HEARTBEAT:
-                    yield ": keep-alive\n\n"
+                    yield b": keep-alive\n\n"
                     continue
                 seq, payload = item
-                lines = [f"id: {seq}"] if seq is not None else []
+                head = f"id: {seq}\n" if seq is not None else ""
                 name = event_name(payload) if event_name else None
                 if name:
-                    lines.append(f"event: {name}")
-                lines.append("data: " + json_bytes(frame(payload)).decode())
-                yield "\n".join(lines) + "\n\n"
+                    head += f"event: {name}\n"
+                # Bytes as orjson writes them: no decoding to text for the response to encode again.
+                yield head.encode() + b"data: " + json_bytes(frame(payload)) + b"\n\n"
 
     response = StreamingHttpResponse(body(), content_type="text/event-stream")
     response["Cache-Control"] = "no-store"

@@ -115,6 +115,21 @@ def cpu_seconds(pid: int) -> float | None:
     return seconds + sum(cpu_seconds(int(child)) or 0.0 for child in children)
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all of this machine's CPUs spent busy since boot (/proc/stat; every process counts).
+
+    What the slice's answers cost in all: the server's processes, PostgreSQL's
+    backends, Redis and this client. Nothing else runs during a measurement.
+    """
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
+    ticks = [int(value) for value in fields[:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+
+
 def cpu_label(proc: Process) -> str:
     """The label of a process in `cpu_ms`: web / worker (all of them) for services mode, else server."""
     if proc.name.startswith("platform-worker"):
@@ -399,6 +414,7 @@ class Sample:
     bad: int = 0
     first_bad: str = ""
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process label, in the slices
+    busy: float = 0.0  # CPU seconds the whole machine spent busy in the slices (machine_busy_seconds)
 
     def add_cpu(self, before: dict[str, float], after: dict[str, float]) -> None:
         for label, seconds in after.items():
@@ -484,6 +500,9 @@ def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> lis
             }
             if latencies
             else {},
+            # The whole machine's CPU per answer, and how many of its CPUs were busy on average.
+            "machine_cpu_ms": round(sample.busy * 1000 / len(latencies), 2) if latencies else None,
+            "cores_busy": round(sample.busy / sample.wall, 2) if sample.wall else None,
             "n": len(latencies),
             "first_bad": sample.first_bad,
         }
@@ -511,11 +530,12 @@ async def measure(servers: list[Server], scenarios: list[tuple[str, str]], concu
                 sample = samples[server.label, scenario, concurrency]
                 # CPU is read around the slice and, for returnImmediately, the drain of
                 # its backlog: the work the slice's answers started.
-                cpu_before = server.cpu_times()
+                cpu_before, busy_before = server.cpu_times(), machine_busy_seconds()
                 await closed_loop(server, kind, concurrency, args.seconds, sample)
                 if kind == "send_ri":
                     await drain(server, sample)
                 sample.add_cpu(cpu_before, server.cpu_times())
+                sample.busy += machine_busy_seconds() - busy_before
         log(f"  round {round_index + 1}/{args.rounds}: {', '.join(sorted({s for s, _ in scenarios}))}")
     rows = []
     for scenario, _, concurrency in units:
@@ -852,7 +872,7 @@ CPU_ORDER = ["server", "web", "worker"]
 def table(rows: list[dict]) -> str:
     header = (
         f"{'scenario':<14}{'c':>3}  {'server':<19}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'bad':>5}"
-        f"{'cpu ms':>12}  | {'rps/mem':>8}{'p50/mem':>8}  | {'rps/pg':>7}{'p50/pg':>7}"
+        f"{'cpu ms':>12}{'busy':>6}  | {'rps/mem':>8}{'p50/mem':>8}  | {'rps/pg':>7}{'p50/pg':>7}"
     )
     lines = [header, "-" * len(header)]
     groups: dict[tuple, dict] = {}
@@ -871,6 +891,7 @@ def table(rows: list[dict]) -> str:
             p99 = f"{row['p99_ms']:.1f}" if row["p99_ms"] is not None else "-"
             line = f"{name:<14}{conc:>3}  {label:<19}{row['rps']:>8.1f}{p50:>9}{p99:>9}{row['bad']:>5}"
             line += f"{cpu_column(row.get('cpu_ms') or {}):>12}"
+            line += f"{row['cores_busy']:>6.2f}" if row.get("cores_busy") is not None else f"{'-':>6}"
             if label not in BASELINES:
                 line += (
                     f"  | {ratio(row['rps'], mem.get('rps')):>8}{ratio(row['p50_ms'], mem.get('p50_ms')):>8}"
@@ -879,6 +900,53 @@ def table(rows: list[dict]) -> str:
                     f"  | {ratio(row['rps'], pg.get('rps')):>7}{ratio(row['p50_ms'], pg.get('p50_ms')):>7}"
                 )
             lines.append(line)
+    return "\n".join(lines)
+
+
+def growth(rows: list[dict], cpus: int) -> list[dict]:
+    """Per platform server and scenario: req/s at its highest concurrency over req/s at c=1, and the ceiling.
+
+    The ceiling is what that ratio would be if the machine's CPUs were all
+    busy at the higher concurrency with its CPU per answer (machine_cpu_ms):
+    cpus / (CPU per answer) / (req/s at c=1). Throughput cannot grow past it
+    without less CPU per answer.
+    """
+    by_key = {(row["server"], row["scenario"], row["concurrency"]): row for row in rows}
+    out = []
+    for (server, scenario, concurrency), one in by_key.items():
+        if server in BASELINES or concurrency != 1 or not one["rps"]:
+            continue
+        for high in sorted({c for s, n, c in by_key if (s, n) == (server, scenario) and c > 1}):
+            row = by_key[server, scenario, high]
+            cpu_ms = row.get("machine_cpu_ms")
+            out.append(
+                {
+                    "server": server,
+                    "scenario": scenario,
+                    "concurrency": high,
+                    "ratio": round(row["rps"] / one["rps"], 2),
+                    "ceiling": round(cpus * 1000 / cpu_ms / one["rps"], 2) if cpu_ms else None,
+                    "machine_cpu_ms": [one.get("machine_cpu_ms"), cpu_ms],
+                    "cores_busy": [one.get("cores_busy"), row.get("cores_busy")],
+                }
+            )
+    return out
+
+
+def growth_table(items: list[dict]) -> str:
+    lines = [
+        "Throughput against c=1, and its ceiling here: every CPU busy at the machine's CPU per answer",
+        f"{'scenario':<14}{'c':>3}  {'server':<19}{'x c=1':>7}{'ceiling':>9}{'machine cpu ms c=1, c':>23}"
+        f"{'busy c=1, c':>13}",
+    ]
+    for item in items:
+        ceiling = f"{item['ceiling']:.2f}" if item["ceiling"] is not None else "-"
+        cpu = " / ".join(f"{value:.1f}" if value is not None else "-" for value in item["machine_cpu_ms"])
+        busy = " / ".join(f"{value:.2f}" if value is not None else "-" for value in item["cores_busy"])
+        lines.append(
+            f"{item['scenario']:<14}{item['concurrency']:>3}  {item['server']:<19}{item['ratio']:>7.2f}"
+            f"{ceiling:>9}{cpu:>23}{busy:>13}"
+        )
     return "\n".join(lines)
 
 
@@ -1092,6 +1160,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if ratios := history_ratios(rows):
         report["history_ratios"] = ratios
+    if grown := growth(rows, os.cpu_count() or 1):
+        report["growth"] = grown
     out = args.json or OUT_DIR / f"{started_at.strftime('%Y%m%dT%H%M%SZ')}-{args.mode}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -1107,8 +1177,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\nrps/x > 1: more requests a second than baseline x; p50/x < 1: lower median latency than x.")
     print(
         "cpu ms: CPU time of the server's own processes (all threads; web+worker in services mode) "
-        "during its slices, per answer."
+        "during its slices, per answer. busy: CPUs of the machine busy on average during them "
+        "(returnImmediately: its drain's CPU too)."
     )
+    if grown:
+        print("\n" + growth_table(grown))
     if ratios:
         print("\n" + history_table(ratios))
     print(f"JSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")

@@ -23,17 +23,14 @@ its own.
 
 import asyncio
 import contextvars
-import functools
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
 from tasks_app import engine
-
-_executor: ThreadPoolExecutor | None = None
 
 # Errors that mean "the database cannot be reached", as opposed to a bad query.
 UNAVAILABLE_ERRORS = (OperationalError, InterfaceError)
@@ -43,11 +40,71 @@ HEALTH_CHECK_AFTER = 1.0
 _last_used = threading.local()
 
 
-def executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=settings.A2A_DB_THREADS, thread_name_prefix="db")
-    return _executor
+class _Threads:
+    """db()'s threads: up to `size`, started as calls find none idle, taking calls off one queue.
+
+    What loop.run_in_executor does with a ThreadPoolExecutor, with less on the
+    way: the thread settles the caller's asyncio future on the caller's loop
+    itself, where the executor goes through a concurrent Future of its own (a
+    lock, a condition, a callback that copies its state across). That was
+    about half of what a hop cost, and the web makes one or two per request.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.started = 0
+        self.idle = 0
+
+    def submit(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, call) -> None:
+        self.calls.put((loop, future, call))
+        with self.lock:
+            if self.idle or self.started >= self.size:
+                return
+            self.started += 1
+            name = f"db_{self.started}"
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            with self.lock:
+                self.idle += 1
+            loop, future, call = self.calls.get()
+            with self.lock:
+                self.idle -= 1
+            if future.cancelled():
+                continue  # its caller gave up before it ran (as run_in_executor drops it)
+            try:
+                result, error = call(), None
+            except BaseException as exc:
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:
+                pass  # the caller's loop is closed: nobody waits for this any more
+
+
+def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+_threads: _Threads | None = None
+_threads_lock = threading.Lock()
+
+
+def _db_threads() -> _Threads:
+    global _threads
+    if _threads is None:
+        with _threads_lock:
+            if _threads is None:
+                _threads = _Threads(settings.A2A_DB_THREADS)
+    return _threads
 
 
 def connection_checked_if_idle() -> None:
@@ -104,4 +161,6 @@ async def db(fn, /, *args, **kwargs):
         return await engine.call_here(_call, fn, args, kwargs)
     # In the caller's context: its log lines carry the caller's request or task id.
     context = contextvars.copy_context()
-    return await loop.run_in_executor(executor(), context.run, functools.partial(_call, fn, args, kwargs))
+    future = loop.create_future()
+    _db_threads().submit(loop, future, lambda: context.run(_call, fn, args, kwargs))
+    return await future

@@ -26,6 +26,7 @@ import contextvars
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
@@ -40,52 +41,80 @@ HEALTH_CHECK_AFTER = 1.0
 _last_used = threading.local()
 
 
+Call = Callable[[], object]
+
+
 class _Threads:
-    """db()'s threads: up to `size`, started as calls find none idle, taking calls off one queue.
+    """db()'s threads: up to `size`, taking calls off one queue; a call that finds none idle starts one.
 
     What loop.run_in_executor does with a ThreadPoolExecutor, with less on the
     way: the thread settles the caller's asyncio future on the caller's loop
     itself, where the executor goes through a concurrent Future of its own (a
     lock, a condition, a callback that copies its state across). That was
     about half of what a hop cost, and the web makes one or two per request.
+
+    `idle` counts threads free for a call, as the executor's semaphore does: a
+    submit takes one, so calls made in the same instant each find a thread of
+    their own (or start one) and none waits behind another while the bound
+    allows more threads.
     """
 
     def __init__(self, size: int):
         self.size = size
-        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()  # of (loop, future, call)
         self.lock = threading.Lock()
         self.started = 0
         self.idle = 0
 
-    def submit(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, call) -> None:
-        self.calls.put((loop, future, call))
+    def submit(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, call: Call) -> None:
+        """Run call() on a thread and settle `future` (of `loop`) with its result or its exception.
+
+        A call whose future is cancelled before a thread takes it is dropped.
+        The call runs in no context of the caller's: the caller passes one in.
+        """
+        name = None
         with self.lock:
-            if self.idle or self.started >= self.size:
-                return
-            self.started += 1
-            name = f"db_{self.started}"
-        threading.Thread(target=self._serve, name=name, daemon=True).start()
+            if self.idle:
+                self.idle -= 1
+            elif self.started < self.size:
+                self.started += 1
+                name = f"db_{self.started}"
+            # else: it waits for the first thread to be done.
+        if name is not None:
+            try:
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+            except BaseException:
+                with self.lock:
+                    self.started -= 1
+                raise  # nothing was queued: the caller has the error, and no call runs behind its back
+        self.calls.put((loop, future, call))
 
     def _serve(self) -> None:
         while True:
+            loop, future, call = self.calls.get()
+            outcome = None
+            if not future.cancelled():  # else its caller gave up before it ran (as run_in_executor drops it)
+                try:
+                    outcome = (call(), None)
+                except StopIteration as exc:
+                    # An asyncio future refuses StopIteration (TypeError in _settle): its caller would hang.
+                    outcome = (None, RuntimeError(f"a database call raised {exc!r}"))
+                except BaseException as exc:
+                    outcome = (None, exc)
+            # Free before the caller hears: its next call finds this thread.
             with self.lock:
                 self.idle += 1
-            loop, future, call = self.calls.get()
-            with self.lock:
-                self.idle -= 1
-            if future.cancelled():
-                continue  # its caller gave up before it ran (as run_in_executor drops it)
-            try:
-                result, error = call(), None
-            except BaseException as exc:
-                result, error = None, exc
-            try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:
-                pass  # the caller's loop is closed: nobody waits for this any more
+            if outcome is not None:
+                try:
+                    loop.call_soon_threadsafe(_settle, future, *outcome)
+                except RuntimeError:
+                    pass  # the caller's loop is closed: nobody waits for this any more
+            # Nothing of this call stays alive while the thread waits for the next.
+            del loop, future, call, outcome
 
 
 def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
+    # The caller may have been cancelled since the thread looked.
     if future.cancelled():
         return
     if error is None:

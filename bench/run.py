@@ -115,19 +115,21 @@ def cpu_seconds(pid: int) -> float | None:
     return seconds + sum(cpu_seconds(int(child)) or 0.0 for child in children)
 
 
-def machine_busy_seconds() -> float:
+def machine_busy_seconds() -> float | None:
     """CPU seconds all of this machine's CPUs spent busy since boot (/proc/stat; every process counts).
 
     What the slice's answers cost in all: the server's processes, PostgreSQL's
-    backends, Redis and this client. Nothing else runs during a measurement.
+    backends, Redis and this client; it assumes nothing else runs during a
+    measurement. None where /proc/stat cannot be read.
     """
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     except OSError:
-        return 0.0
-    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
-    ticks = [int(value) for value in fields[:8]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+        return None
+    # user nice system idle iowait irq softirq steal: busy is user, nice, system, irq and
+    # softirq. Not steal: that is time the hypervisor gave to someone else.
+    user, nice, system, _idle, _iowait, irq, softirq = (int(value) for value in fields[:7])
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
 
 
 def cpu_label(proc: Process) -> str:
@@ -484,6 +486,8 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> list[dict]:
+    busy = sample.busy  # 0.0: /proc/stat could not be read
+
     def row(name: str, latencies: list[float]) -> dict:
         ms = (lambda p: round(percentile(latencies, p) * 1000, 2)) if latencies else (lambda p: None)
         return {
@@ -501,8 +505,8 @@ def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> lis
             if latencies
             else {},
             # The whole machine's CPU per answer, and how many of its CPUs were busy on average.
-            "machine_cpu_ms": round(sample.busy * 1000 / len(latencies), 2) if latencies else None,
-            "cores_busy": round(sample.busy / sample.wall, 2) if sample.wall else None,
+            "machine_cpu_ms": round(busy * 1000 / len(latencies), 2) if latencies and busy else None,
+            "cores_busy": round(busy / sample.wall, 2) if sample.wall and busy else None,
             "n": len(latencies),
             "first_bad": sample.first_bad,
         }
@@ -535,7 +539,9 @@ async def measure(servers: list[Server], scenarios: list[tuple[str, str]], concu
                 if kind == "send_ri":
                     await drain(server, sample)
                 sample.add_cpu(cpu_before, server.cpu_times())
-                sample.busy += machine_busy_seconds() - busy_before
+                busy_after = machine_busy_seconds()
+                if busy_before is not None and busy_after is not None:
+                    sample.busy += busy_after - busy_before
         log(f"  round {round_index + 1}/{args.rounds}: {', '.join(sorted({s for s, _ in scenarios}))}")
     rows = []
     for scenario, _, concurrency in units:
@@ -904,7 +910,7 @@ def table(rows: list[dict]) -> str:
 
 
 def growth(rows: list[dict], cpus: int) -> list[dict]:
-    """Per platform server and scenario: req/s at its highest concurrency over req/s at c=1, and the ceiling.
+    """Per platform server, scenario and concurrency above 1: req/s there over req/s at c=1, and the ceiling.
 
     The ceiling is what that ratio would be if the machine's CPUs were all
     busy at the higher concurrency with its CPU per answer (machine_cpu_ms):
@@ -934,6 +940,7 @@ def growth(rows: list[dict], cpus: int) -> list[dict]:
 
 
 def growth_table(items: list[dict]) -> str:
+    """growth() as the table printed after the main one."""
     lines = [
         "Throughput against c=1, and its ceiling here: every CPU busy at the machine's CPU per answer",
         f"{'scenario':<14}{'c':>3}  {'server':<19}{'x c=1':>7}{'ceiling':>9}{'machine cpu ms c=1, c':>23}"

@@ -19,6 +19,7 @@ from django.test import override_settings
 from tasks_app import db as db_module
 from tasks_app.db import _Threads, db
 from tenants.models import Tenant
+from tests.live import wait_for
 
 request_id = contextvars.ContextVar("request_id", default="")
 
@@ -65,13 +66,6 @@ def test_a_call_raising_stopiteration_is_an_error_to_its_caller_not_a_hang():
     asyncio.run(request())
 
 
-def wait_until(condition, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.005)
-
-
 def test_no_more_threads_run_calls_at_once_than_the_bound():
     threads = _Threads(3)
     running, most, lock = set(), [0], threading.Lock()
@@ -92,7 +86,7 @@ def test_no_more_threads_run_calls_at_once_than_the_bound():
         try:
             for future in futures:
                 threads.submit(loop, future, call)
-            wait_until(lambda: len(running) == 3, "three calls running")
+            wait_for(lambda: len(running) == 3, "three calls running")
             time.sleep(0.1)  # room for a fourth, were the bound not kept
             assert threads.started == 3 and most[0] == 3
         finally:
@@ -129,7 +123,7 @@ def test_calls_made_at_once_each_get_a_thread_though_some_sat_idle():
         first = [loop.create_future() for _ in range(2)]
         for future in first:
             threads.submit(loop, future, lambda: release.wait(10))
-        wait_until(lambda: threads.started == 2, "two threads")
+        wait_for(lambda: threads.started == 2, "two threads")
         release.set()
         await asyncio.gather(*first)
         # Three calls in one instant, each waiting for the other two to run at once.

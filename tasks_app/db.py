@@ -41,7 +41,7 @@ HEALTH_CHECK_AFTER = 1.0
 _last_used = threading.local()
 
 
-Call = Callable[[], object]
+DbCall = Callable[[], object]  # a call a database thread makes for a coroutine
 
 
 class _Threads:
@@ -66,7 +66,7 @@ class _Threads:
         self.started = 0
         self.idle = 0
 
-    def submit(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, call: Call) -> None:
+    def submit(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future, call: DbCall) -> None:
         """Run call() on a thread and settle `future` (of `loop`) with its result or its exception.
 
         A call whose future is cancelled before a thread takes it is dropped.

@@ -5,16 +5,16 @@
 Starts the platform in services mode the way bench/run.py does, drives it with
 bench/run.py's closed loop of blocking sends at concurrency `-c`, and while it
 runs records every context switch of every CPU for `--seconds` (`perf record
--e sched:sched_switch -a`). From those it rebuilds which process ran on each
-CPU at every moment, names each process by its role (web, worker: the
-platform's processes and their children; pg; redis; client: this script) and
-prints how long 0, 1, 2... CPUs were busy, and with whom.
+-e sched:sched_switch -a`). From those it rebuilds which thread ran on each
+CPU at every moment, names each by its role (web, worker: the platform's
+processes and their threads; pg; redis; client: this script) and prints how
+long 0, 1, 2... CPUs were busy, and which roles ran together.
 
-What it is for: bench/run.py's growth ceiling. A c=1 request whose processes
-overlap (the worker finishing its turn while the web answers) keeps more than
-one CPU busy on average; on a 2-CPU machine, c=8 can then be at most about
-busy(c=8) / busy(c=1) times c=1 at the same CPU per answer. This shows where
-c=1's extra busy time comes from.
+What it is for: bench/run.py's growth ceiling. Throughput is CPUs busy over
+CPU per answer, so at the same CPU per answer c=8 can be at most
+CPUs / busy(c=1) times c=1. A c=1 request whose processes overlap (the worker
+finishing its turn while the web answers) keeps more than one CPU busy on
+average; this shows where that comes from.
 """
 
 import argparse
@@ -22,12 +22,11 @@ import asyncio
 import collections
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -36,36 +35,31 @@ from bench.run import (  # noqa: E402
     Sample,
     closed_loop,
     drop_database,
+    interrupted,
     op_send,
+    open_clients,
     prepare_platform,
     start_platform,
 )
-from tests.live import stop_processes  # noqa: E402
+from tests.live import children, stop_processes  # noqa: E402
 
 SWITCH = re.compile(r"\[(\d+)\]\s+([\d.]+):\s+sched:sched_switch:.*==> next_comm=(.*?) next_pid=(\d+)")
+WARMUP = 30  # unmeasured blocking sends before the loop
 
 
-def descendants(pids: set[int]) -> set[int]:
-    """The pids and every process below them, from /proc."""
-    children = collections.defaultdict(set)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children[int(stat[stat.rindex(")") + 2 :].split()[1])].add(int(entry))
-    found, todo = set(), list(pids)
+def process_tree(pid: int) -> set[int]:
+    """The process and every process below it."""
+    found, todo = set(), [pid]
     while todo:
         pid = todo.pop()
         if pid not in found:
             found.add(pid)
-            todo.extend(children[pid])
+            todo.extend(children(pid))
     return found
 
 
 def threads_of(pids: set[int]) -> set[int]:
-    """Every thread id of these processes (the scheduler switches threads, by their own ids)."""
+    """Every thread id of these processes: the scheduler switches threads, by their own ids."""
     tids = set()
     for pid in pids:
         try:
@@ -75,7 +69,9 @@ def threads_of(pids: set[int]) -> set[int]:
     return tids
 
 
-def role_of(pid: int, comm: str, roles: dict[int, str]) -> str:
+def role_of(pid: int, comm: str, roles: dict[int, str]) -> str | None:
+    if pid == 0:
+        return None  # the idle task
     if pid not in roles:
         known = {"postgres": "pg", "redis": "redis"}
         role = next((name for prefix, name in known.items() if comm.startswith(prefix)), None)
@@ -83,38 +79,65 @@ def role_of(pid: int, comm: str, roles: dict[int, str]) -> str:
     return roles[pid]
 
 
-def busy_periods(perf_script: str, roles: dict[int, str]) -> tuple[float, dict, dict]:
-    """(span, seconds with k CPUs busy, seconds per set of roles running together)."""
+def busy_periods(perf_script: str, roles: dict[int, str], cpus: int) -> tuple[float, dict, dict]:
+    """(span, seconds with k CPUs busy, seconds per set of roles running together).
+
+    The span starts once every CPU has switched at least once: before that, what
+    ran on a CPU is not known.
+    """
     switches = []
     for line in perf_script.splitlines():
         match = SWITCH.search(line)
         if match:
-            cpu, at, comm, pid = int(match[1]), float(match[2]), match[3], int(match[4])
-            switches.append((at, cpu, None if pid == 0 else role_of(pid, comm, roles)))
-    switches.sort()
+            switches.append((float(match[2]), int(match[1]), role_of(int(match[4]), match[3], roles)))
+    switches.sort(key=lambda switch: switch[0])
     running: dict[int, str | None] = {}
     by_count, by_roles = collections.Counter(), collections.Counter()
+    span = 0.0
     for (at, cpu, role), (next_at, _, _) in zip(switches, switches[1:], strict=False):
         running[cpu] = role
+        if len(running) < cpus:
+            continue
         busy = sorted(r for r in running.values() if r is not None)
         by_count[len(busy)] += next_at - at
         if busy:
             by_roles[" + ".join(busy)] += next_at - at
-    span = switches[-1][0] - switches[0][0] if switches else 0.0
+        span += next_at - at
     return span, by_count, by_roles
 
 
-async def drive(server, concurrency: int, seconds: float, sample: Sample) -> None:
-    server.clients = [
-        httpx.AsyncClient(
-            timeout=30, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1), trust_env=False
-        )
-        for _ in range(concurrency)
-    ]
-    try:
-        for _ in range(30):  # warm-up, unmeasured
+async def record_under_load(server, args, data: Path, sample: Sample) -> dict[int, str]:
+    """perf's record of `args.seconds` inside a closed loop that outlasts it; the roles of the threads."""
+    server.clients = open_clients(args.concurrency)
+    warmed = asyncio.Event()
+
+    async def load() -> None:
+        for _ in range(WARMUP):
             await op_send(server.clients[0], server)
-        await closed_loop(server, "send", concurrency, seconds, sample)
+        warmed.set()
+        await closed_loop(server, "send", args.concurrency, args.seconds + 3, sample)
+
+    try:
+        loop = asyncio.create_task(load())
+        waiting = asyncio.create_task(warmed.wait())
+        await asyncio.wait({loop, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if loop.done():
+            await loop  # the warm-up failed: raise its error
+        await asyncio.sleep(1)  # the loop's start stays out of the record
+        perf = await asyncio.create_subprocess_exec(
+            "perf", "record", "-q", "-e", "sched:sched_switch", "-a", "-o", str(data),
+            "--", "sleep", str(args.seconds),
+        )  # fmt: skip
+        if await perf.wait() != 0:
+            raise SystemExit(f"perf record failed (exit {perf.returncode}): needs linux-perf, as root")
+        # Named while the load still runs: the platform's processes and their threads, and this one's.
+        web, worker = (proc.popen.pid for proc in server.procs)
+        roles = dict.fromkeys(threads_of(process_tree(web)), "web")
+        roles.update(dict.fromkeys(threads_of(process_tree(worker)), "worker"))
+        roles.update(dict.fromkeys(threads_of({os.getpid()}), "client"))
+        await loop
+        return roles
     finally:
         for client in server.clients:
             await client.aclose()
@@ -125,45 +148,41 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-c", "--concurrency", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=5.0, help="recorded (the load runs 4 s longer)")
-    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes, as bench/run.py")
+    parser.add_argument("--seconds", type=float, default=5.0, help="recorded, inside a longer load")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="as bench/run.py's")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("--postgres-url", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupted)
+    sample = Sample()
+    server = None
     with tempfile.TemporaryDirectory(prefix="a2a-overlap-") as work:
         work_dir = Path(work)
-        server = start_platform(
-            "services", prepare_platform(args, "services", work_dir), work_dir, workers=args.workers
-        )
         try:
-            sample = Sample()
+            env = prepare_platform(args, "services", work_dir)
+            server = start_platform("services", env, work_dir, workers=args.workers)
             data = work_dir / "sched.data"
-
-            async def record_under_load() -> None:
-                task = asyncio.create_task(drive(server, args.concurrency, args.seconds + 4, sample))
-                await asyncio.sleep(2)  # the warm-up and the loop's start stay out of the record
-                perf = await asyncio.create_subprocess_exec(
-                    "perf", "record", "-q", "-e", "sched:sched_switch", "-a", "-o", str(data),
-                    "--", "sleep", str(args.seconds),
-                )  # fmt: skip
-                await perf.wait()
-                await task
-
-            asyncio.run(record_under_load())
-            # Named while they still run: the platform's processes and their threads, and this one's.
-            web, worker = (proc.popen.pid for proc in server.procs)
-            roles = dict.fromkeys(threads_of(descendants({web})), "web")
-            roles.update(dict.fromkeys(threads_of(descendants({worker})), "worker"))
-            roles.update(dict.fromkeys(threads_of({os.getpid()}), "client"))
+            roles = asyncio.run(record_under_load(server, args, data, sample))
             script = subprocess.run(
                 ["perf", "script", "-i", str(data)], capture_output=True, text=True, check=True
             ).stdout
+        except BaseException:
+            for proc in server.procs if server else []:
+                print(f"--- {proc.name} log tail\n{proc.output()[-3000:]}", file=sys.stderr)
+            raise
         finally:
-            stop_processes(server.procs)
+            if server is not None:
+                stop_processes(server.procs)
             drop_database(args, PLATFORM_DB)
-    span, by_count, by_roles = busy_periods(script, roles)
-    answers = len(sample.latencies) / sample.wall if sample.wall else 0.0
+    span, by_count, by_roles = busy_periods(script, roles, os.cpu_count() or 1)
+    if sample.bad:
+        print(f"{sample.bad} bad answers (first: {sample.first_bad}): no figures", file=sys.stderr)
+        return 1
+    if not span:
+        print("perf recorded no context switches", file=sys.stderr)
+        return 1
+    answers = len(sample.latencies) / sample.wall
     print(f"\nservices, blocking send, c={args.concurrency}: {answers:.1f} req/s; {span:.2f} s recorded")
     print(f"CPUs busy on average: {sum(k * s for k, s in by_count.items()) / span:.2f}")
     for count in sorted(by_count):

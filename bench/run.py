@@ -55,6 +55,7 @@ from tests.live import (  # noqa: E402
     http_ok,
     spawn,
     stop_processes,
+    wait_started,
     wait_until,
     webserve_args,
 )
@@ -232,9 +233,17 @@ def prepare_platform(args, mode: str, var_dir: Path) -> dict[str, str]:
 
 
 def start_platform(mode: str, env: dict, log_dir: Path, workers: int = 1) -> Server:
+    procs: list[Process] = []
+    try:
+        return _start_platform(mode, env, log_dir, workers, procs)
+    except BaseException:
+        stop_processes(procs)  # a platform that never got ready is not left running
+        raise
+
+
+def _start_platform(mode: str, env: dict, log_dir: Path, workers: int, procs: list[Process]) -> Server:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    procs: list[Process] = []
     if mode == "services":
         # The web tier as deployed: a Daphne process per CPU on the port (WEB_PROCESSES).
         procs.append(spawn("platform-web", webserve_args(port), env, log_dir))
@@ -269,7 +278,7 @@ def start_sdk(args, store: str, log_dir: Path) -> Server:
         label, storage = SDK_POSTGRES, ("postgres", SDK_DB)
     proc = spawn(label, daphne_args(port, "bench.sdk_echo_server:app"), env, log_dir)
     server = Server(label, f"{url}/", f"{url}/.well-known/agent-card.json", [proc], storage)
-    wait_until(lambda: http_ok(server.ready_url), f"{label} to serve", [proc])
+    wait_started(proc, lambda: http_ok(server.ready_url), f"{label} to serve")
     return server
 
 
@@ -839,13 +848,16 @@ async def prepare_history(servers: list[Server], scenarios: list[str], args) -> 
 # --- The run ---------------------------------------------------------------------------
 
 
+def open_clients(count: int) -> list[httpx.AsyncClient]:
+    """A client per concurrent request of the closed loop, each on one connection of its own."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return [httpx.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False) for _ in range(count)]
+
+
 async def benchmark(servers: list[Server], args) -> list[dict]:
+    """The scenarios' rows; with none, ListTasks at scale (main runs those on fresh servers after them)."""
     for server in servers:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        server.clients = [
-            httpx.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False)
-            for _ in range(max([*args.concurrency, *args.list_concurrency]))
-        ]
+        server.clients = open_clients(max([*args.concurrency, *args.list_concurrency]))
     try:
         # Checked answers first (a wrong server fails here, before any figure), then
         # an unmeasured warm-up of every scenario on every server.
@@ -1103,6 +1115,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown := set(args.scenarios) - {*BASIC_SCENARIOS, *HISTORY_SCENARIOS}:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     args.concurrency = args.concurrency or ([1, 8] if quick else [1, 8, 32])
+    # Ascending: a fill only adds tasks, so each scale must be the smallest not yet measured.
+    args.list_scale = sorted(args.list_scale)
     args.rounds = args.rounds or (3 if quick else 4)
     args.seconds = args.seconds or (1.5 if quick else 1.0)
     args.warmup = args.warmup if args.warmup is not None else (0.7 if quick else 1.0)
@@ -1136,10 +1150,12 @@ def main(argv: list[str] | None = None) -> int:
             log(f"    {server.label:<18} {server.rpc_url}  ({pids})")
         t0 = time.perf_counter()
         rows = asyncio.run(benchmark(servers, args))
+        elapsed = time.perf_counter() - t0
         if args.list_scale and args.scenarios:
             restart_servers(args, work_dir, servers)
+            t0 = time.perf_counter()
             rows += asyncio.run(benchmark(servers, argparse.Namespace(**{**vars(args), "scenarios": []})))
-        elapsed = time.perf_counter() - t0
+            elapsed += time.perf_counter() - t0
     except BaseException:
         failed = True
         for server in servers:

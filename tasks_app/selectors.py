@@ -212,8 +212,8 @@ def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidParamsError(message="pageToken is not one this server issued") from None
 
 
-# ListTasks counts matching tasks exactly up to this many; beyond, it estimates (PostgreSQL)
-# or reuses a count made at most TOTAL_COUNTED_FOR seconds ago (SQLite).
+# ListTasks counts matching tasks exactly up to this many. Above, the answer (PostgreSQL's
+# estimate, or on SQLite an exact count) is remembered for TOTAL_COUNTED_FOR seconds.
 EXACT_TOTAL_UP_TO = 10_000
 TOTAL_COUNTED_FOR = 10.0
 
@@ -225,24 +225,36 @@ def total_size(tasks: QuerySet[Task]) -> int:
     table (120 ms at a million tasks on PostgreSQL, 150 on SQLite); counting at
     most EXACT_TOTAL_UP_TO + 1 keeps a list page's cost flat. Above that,
     PostgreSQL's planner estimate of the rows is the answer (never less than
-    EXACT_TOTAL_UP_TO + 1). SQLite has no estimate to give: its answer is an
-    exact count, made once per TOTAL_COUNTED_FOR seconds for the same filters
-    (this process's cache), so paging through a long list counts once.
+    EXACT_TOTAL_UP_TO + 1); SQLite has no estimate to give, and counts. That
+    answer is kept for TOTAL_COUNTED_FOR seconds for the same filters (this
+    process's cache): a list that long is neither counted nor estimated again
+    meanwhile, so paging through it, or listing it again, reads only its pages.
     """
     tasks = tasks.order_by()
-    capped = tasks[: EXACT_TOTAL_UP_TO + 1].count()
-    if capped <= EXACT_TOTAL_UP_TO:
-        return capped
-    if connection.vendor != "postgresql":
-        query, params = tasks.query.sql_with_params()
-        key = "list-total:" + hashlib.sha256(f"{query}\0{params!r}".encode()).hexdigest()
-        return cache.get_or_set(key, tasks.count, TOTAL_COUNTED_FOR)
+    query, params = tasks.query.sql_with_params()
+    key = "list-total:" + hashlib.sha256(f"{query}\0{params!r}".encode()).hexdigest()
+    total = cache.get(key)
+    if total is not None:
+        return total
+    total = tasks[: EXACT_TOTAL_UP_TO + 1].count()
+    if total <= EXACT_TOTAL_UP_TO:
+        return total
+    if connection.vendor == "postgresql":
+        total = max(EXACT_TOTAL_UP_TO + 1, _planner_estimate(tasks))
+    else:
+        total = tasks.count()
+    cache.set(key, total, TOTAL_COUNTED_FOR)
+    return total
+
+
+def _planner_estimate(tasks: QuerySet[Task]) -> int:
+    """PostgreSQL's estimate of the rows `tasks` holds (EXPLAIN, nothing read)."""
     sql, params = tasks.values("pk").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
     plan = json.loads(plan) if isinstance(plan, str) else plan
-    return max(EXACT_TOTAL_UP_TO + 1, int(plan[0]["Plan"]["Plan Rows"]))
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 def task_list(

@@ -273,6 +273,13 @@ A2A_TURN_REDISPATCH_AFTER = env_float("A2A_TURN_REDISPATCH_AFTER", 5.0)
 # written this many seconds after its first event, or at once when an event
 # ends or interrupts the task.
 A2A_EVENT_FLUSH_DELAY = env_float("A2A_EVENT_FLUSH_DELAY", 0.01)
+# ListTasks keeps a total above its exact cap for a few seconds per set of filters
+# (tasks_app/selectors.py): in the process's memory, whatever the default cache is,
+# so a list never waits on, or fails with, a cache server.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "list-totals": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "list-totals"},
+}
 # Threads that run database work for async code (the engine, the bindings).
 A2A_DB_THREADS = env_int("A2A_DB_THREADS", 16)
 # Daphne processes `manage.py webserve` runs on one port (services mode); 0: one per CPU.

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from a2a.utils.errors import InvalidParamsError
 from django.contrib.auth import get_user_model
-from django.core.cache import cache
+from django.core.cache import caches
 from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
@@ -227,13 +227,13 @@ def total_size(tasks: QuerySet[Task]) -> int:
     PostgreSQL's planner estimate of the rows is the answer (never less than
     EXACT_TOTAL_UP_TO + 1); SQLite has no estimate to give, and counts. That
     answer is kept for TOTAL_COUNTED_FOR seconds for the same filters (this
-    process's cache): a list that long is neither counted nor estimated again
+    process's "list-totals" cache, settings.CACHES): a list that long is neither counted nor estimated again
     meanwhile, so paging through it, or listing it again, reads only its pages.
     """
     tasks = tasks.order_by()
     query, params = tasks.query.sql_with_params()
     key = "list-total:" + hashlib.sha256(f"{query}\0{params!r}".encode()).hexdigest()
-    total = cache.get(key)
+    total = caches["list-totals"].get(key)
     if total is not None:
         return total
     total = tasks[: EXACT_TOTAL_UP_TO + 1].count()
@@ -243,7 +243,7 @@ def total_size(tasks: QuerySet[Task]) -> int:
         total = max(EXACT_TOTAL_UP_TO + 1, _planner_estimate(tasks))
     else:
         total = tasks.count()
-    cache.set(key, total, TOTAL_COUNTED_FOR)
+    caches["list-totals"].set(key, total, TOTAL_COUNTED_FOR)
     return total
 
 

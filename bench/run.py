@@ -824,6 +824,7 @@ async def prepare_history(servers: list[Server], scenarios: list[str], args) -> 
     older than the task's own, so its newest history message stays the newest.
     """
     for server in servers:
+        plain = server.task_id  # `get`'s task: a fresh echo task, not one loaded here
         for scenario in scenarios:
             client = server.clients[0]
             await op_send(client, server)
@@ -843,6 +844,7 @@ async def prepare_history(servers: list[Server], scenarios: list[str], args) -> 
                 f"  {server.label:<18} {scenario}: task {server.task_id}, "
                 f"{HISTORY_SCENARIOS[scenario]} messages stored, {carried[0]} in its GetTask answer"
             )
+        server.task_id = plain
 
 
 # --- The run ---------------------------------------------------------------------------

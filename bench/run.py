@@ -442,6 +442,7 @@ class Sample:
     first_bad: str = ""
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per process label, in the slices
     busy: float = 0.0  # CPU seconds the whole machine spent busy in the slices (machine_busy_seconds)
+    rounds: list[float] = field(default_factory=list)  # req/s of each slice, in order
 
     def add_cpu(self, before: dict[str, float], after: dict[str, float]) -> None:
         for label, seconds in after.items():
@@ -471,9 +472,11 @@ async def closed_loop(server: Server, kind: str, concurrency: int, seconds: floa
             else:
                 sample.latencies.append(time.perf_counter() - t0)
 
-    started = time.perf_counter()
+    started, answered = time.perf_counter(), len(sample.latencies)
     await asyncio.gather(*(worker(client) for client in server.clients[:concurrency]))
-    sample.wall += time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    sample.wall += elapsed
+    sample.rounds.append((len(sample.latencies) - answered) / elapsed)
 
 
 async def drain(server: Server, sample: Sample, timeout: float = 120.0) -> None:
@@ -520,6 +523,7 @@ def rows_of(server: str, scenario: str, concurrency: int, sample: Sample) -> lis
             "scenario": name,
             "concurrency": concurrency,
             "rps": round(len(latencies) / sample.wall, 1) if sample.wall else 0.0,
+            "rps_rounds": [round(rps, 1) for rps in sample.rounds],  # one per round (slice), in order
             "p50_ms": ms(50),
             "p99_ms": ms(99),
             "bad": sample.bad,
@@ -989,6 +993,43 @@ def growth_table(items: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def round_ratios(rows: list[dict]) -> list[dict]:
+    """Per platform row and baseline: its req/s over the baseline's, round by round, lowest and highest.
+
+    Both slices of a round ran within seconds of each other, so the spread of
+    these pairs is what the machine's drift does to the ratio of the whole run.
+    """
+    by_key = {(row["server"], row["scenario"], row["concurrency"]): row for row in rows}
+    out = []
+    for (server, scenario, concurrency), row in by_key.items():
+        if server in BASELINES:
+            continue
+        item = {"server": server, "scenario": scenario, "concurrency": concurrency}
+        for baseline, key in ((SDK_MEMORY, "rps_mem"), (SDK_POSTGRES, "rps_pg")):
+            base = by_key.get((baseline, scenario, concurrency))
+            pairs = zip(row["rps_rounds"], base["rps_rounds"] if base else [], strict=False)
+            ratios = [round(mine / theirs, 2) for mine, theirs in pairs if theirs]
+            if ratios:
+                item[key] = ratios
+        if len(item) > 3:
+            out.append(item)
+    return out
+
+
+def round_ratio_table(items: list[dict]) -> str:
+    """round_ratios() as a table: each ratio's lowest and highest round."""
+    lines = [
+        "req/s over each baseline's in the same round: lowest - highest round",
+        f"{'scenario':<14}{'c':>3}  {'server':<19}{'rps/mem':>13}{'rps/pg':>13}",
+    ]
+    for item in items:
+        mem, pg = (
+            f"{min(item[k]):.2f}-{max(item[k]):.2f}" if k in item else "-" for k in ("rps_mem", "rps_pg")
+        )
+        lines.append(f"{item['scenario']:<14}{item['concurrency']:>3}  {item['server']:<19}{mem:>13}{pg:>13}")
+    return "\n".join(lines)
+
+
 def history_ratios(rows: list[dict]) -> list[dict]:
     """Per server and concurrency: p50(get_h1000) / p50(get_h2), and the messages each answer carried."""
     by_key = {(row["server"], row["concurrency"], row["scenario"]): row for row in rows}
@@ -1208,6 +1249,8 @@ def main(argv: list[str] | None = None) -> int:
         report["history_ratios"] = ratios
     if grown := growth(rows, os.cpu_count() or 1):
         report["growth"] = grown
+    if per_round := round_ratios(rows):
+        report["round_ratios"] = per_round
     out = args.json or OUT_DIR / f"{started_at.strftime('%Y%m%dT%H%M%SZ')}-{args.mode}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -1226,6 +1269,8 @@ def main(argv: list[str] | None = None) -> int:
         "during its slices, per answer. busy: CPUs of the machine busy on average during them "
         "(returnImmediately: its drain's CPU too)."
     )
+    if per_round:
+        print("\n" + round_ratio_table(per_round))
     if grown:
         print("\n" + growth_table(grown))
     if ratios:

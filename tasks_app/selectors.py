@@ -9,7 +9,7 @@ import base64
 import hashlib
 import json
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 from a2a.utils.errors import InvalidParamsError
 from django.contrib.auth import get_user_model
@@ -205,10 +205,21 @@ def _page_token(task: Task) -> str:
 
 
 def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
+    """The position _page_token wrote; InvalidParams for anything else, whatever a caller made up.
+
+    The time must carry its offset and convert to UTC (a year-1 time at +14:00
+    does not), and both values must be strings: uuid.UUID(5) raises AttributeError.
+    """
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return datetime.fromisoformat(data["ts"]), uuid.UUID(data["id"])
-    except (ValueError, KeyError, TypeError):
+        stamp, pk = data["ts"], data["id"]
+        if not isinstance(stamp, str) or not isinstance(pk, str):
+            raise TypeError("not strings")
+        after = datetime.fromisoformat(stamp)
+        if after.tzinfo is None:
+            raise ValueError("no offset")
+        return after.astimezone(UTC), uuid.UUID(pk)
+    except (ValueError, KeyError, TypeError, OverflowError):
         raise InvalidParamsError(message="pageToken is not one this server issued") from None
 
 

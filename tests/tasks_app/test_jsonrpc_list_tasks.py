@@ -1,5 +1,14 @@
+import base64
+import json
 import uuid
+from datetime import datetime
 
+import pytest
+from a2a.utils.errors import InvalidParamsError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tasks_app import selectors
 from tests.conftest import user_message
 
 
@@ -53,6 +62,50 @@ def test_list_tasks_rejects_bad_page_size_and_token(rpc):
     assert rpc("ListTasks", {"pageSize": 0})["error"]["code"] == -32602
     assert rpc("ListTasks", {"pageToken": "garbage"})["error"]["code"] == -32602
     assert rpc("ListTasks", {"historyLength": -3})["error"]["code"] == -32602
+
+
+def _token(data) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "position",
+    [
+        {"ts": "2024-01-01T00:00:00+00:00", "id": 5},  # uuid.UUID(5): AttributeError
+        {"ts": "0001-01-01T00:00:00+14:00", "id": str(uuid.uuid4())},  # before year 1 in UTC
+        {"ts": "2024-01-01T00:00:00", "id": str(uuid.uuid4())},  # no offset
+        {"ts": 1700000000, "id": str(uuid.uuid4())},
+        ["2024-01-01T00:00:00+00:00", str(uuid.uuid4())],
+    ],
+)
+def test_list_tasks_refuses_a_made_up_page_token_as_invalid_params(rpc, position):
+    answer = rpc("ListTasks", {"pageToken": _token(position)})
+    assert answer["error"]["code"] == -32602, answer
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+IDS = st.uuids().map(str)
+STAMPS = st.datetimes(timezones=st.timezones()).map(datetime.isoformat) | st.text(max_size=40)
+
+
+@given(
+    st.one_of(
+        JSON_VALUES.map(_token),
+        st.fixed_dictionaries({"ts": STAMPS | JSON_VALUES, "id": IDS | JSON_VALUES}).map(_token),
+        st.text(max_size=60),
+    )
+)
+def test_a_page_token_is_a_position_or_invalid_params(token):
+    """Whatever a caller sends as pageToken reads as a position in UTC, or is refused as InvalidParams."""
+    try:
+        after, pk = selectors._parse_page_token(token)
+    except InvalidParamsError:
+        return
+    assert after.utcoffset().total_seconds() == 0 and isinstance(pk, uuid.UUID)
 
 
 def test_extended_card_is_refused_on_a_public_agent(rpc):

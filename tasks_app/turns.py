@@ -58,7 +58,7 @@ from agents.approvals import AUTHORIZATION_KEY
 from agents.models import Agent
 from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine, metrics
-from tasks_app.access import parse_task_uuid
+from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_entries, log_publish, task_state
 from tasks_app.models import (
@@ -570,11 +570,14 @@ def _request_context(
         request = pb.SendMessageRequest(message=message)
         related_pks = _uuids(user_message.reference_task_ids)
         if related_pks:
+            # Only what the task's owner may read (GetTask's rule): the agent answers to the owner,
+            # and a caller can name any id. Another caller's task is left out, as if it did not exist.
+            owner = Caller(tenant=task.tenant, agent=task.agent, principal=task.owner)
             related = [
                 ParseDict(_snapshot(related_task), pb.Task(), ignore_unknown_fields=True)
-                for related_task in Task.objects.filter(
-                    tenant=task.tenant, pk__in=related_pks
-                ).select_related("context", "status_message")
+                for related_task in tasks_visible_to(owner)
+                .filter(pk__in=related_pks)
+                .select_related("context", "status_message")
             ]
     state = {
         "tenant": task.tenant.slug,

@@ -181,9 +181,9 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             return
         turn, executor, request_context, view = setup
         queue = TurnEventQueue(turn, view)
-        if isinstance(executor, HandlerNotAvailable):
-            missing, executor = executor, None
-            raise missing
+        if isinstance(executor, Exception):
+            failed, executor = executor, None
+            raise failed
         # At debug level: the turn's end says all at INFO, one line a turn.
         logger.debug(
             "Turn %s of task %s started (handler %s, attempt %s)",
@@ -461,6 +461,8 @@ def _load(task_pk, message_pk: int, *, claim: _Claim | None = None) -> tuple[Tas
 def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | None = None):
     """The claimed turn set up to run: (turn, executor, request context, view); None if nothing to run.
 
+    The executor is the exception instead if the turn cannot run (turn_drive fails it).
+
     `loaded`: what _load read already (with the claim), else read here.
     """
     loaded = loaded or _load(task_pk, message_pk)
@@ -488,9 +490,15 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
         task, view, user_message = loaded
     try:
         executor = build_executor(task.agent)
-    except HandlerNotAvailable as exc:
+        request_context = _request_context(task, user_message, view)
+    except UNAVAILABLE_ERRORS:
+        raise  # _retrying tries again; the claim is held
+    except Exception as exc:
+        # The handler is missing, or refuses the agent's config: the turn is claimed, and
+        # fails now with the reason. Left running, it would wait out its lease on every
+        # attempt and end FAILED as if its workers had been lost.
         return turn, exc, None, view
-    return turn, executor, _request_context(task, user_message, view), view
+    return turn, executor, request_context, view
 
 
 def _restart(turn: Turn) -> bool:

@@ -31,6 +31,20 @@ def test_a_turn_past_its_agents_time_limit_is_stopped_and_fails(rpc, stored):
     assert time.monotonic() - started < 15
 
 
+def test_a_turn_whose_agent_cannot_be_built_fails_at_once_with_the_reason(rpc, stored):
+    # The handler's constructor refuses this config (float("soon")): the turn is claimed,
+    # and must fail now, not wait out its lease on every attempt as if its worker were lost.
+    _agent("misconfigured", "sleeper", config={"seconds": "soon"})
+    started = time.monotonic()
+    task = rpc("SendMessage", user_message("hello?", f"misconfigured-{uuid.uuid4()}"), agent="misconfigured")
+    task = task["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED", task
+    assert "ValueError" in task["status"]["message"]["parts"][0]["text"]
+    assert time.monotonic() - started < 8
+    history = rpc("GetTask", {"id": task["id"]}, agent="misconfigured")["result"]["history"]
+    assert not any("restarted" in part.get("text", "") for m in history for part in m["parts"]), history
+
+
 def _state(rpc, task_id: str) -> str:
     return rpc("GetTask", {"id": task_id}, agent="stubborn")["result"]["status"]["state"]
 

@@ -1040,6 +1040,26 @@ def _build_executor_of(task_pk):
     return build_executor(Task.objects.select_related("agent").get(pk=task_pk).agent)
 
 
+async def _bounded(coro, timeout: float):
+    """Await coro for at most `timeout` seconds (TimeoutError), on a task of its own.
+
+    Not asyncio.timeout: that cancels the awaiting task itself, and an agent's
+    coroutine that swallows the cancellation keeps its caller waiting for ever
+    (and its worker thread with it). Here it is cancelled and abandoned on its
+    loop, as a stopped turn's execute() is; its caller goes on.
+    """
+    running = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({running}, timeout=timeout)
+    except asyncio.CancelledError:
+        running.cancel()
+        raise
+    if not done:
+        running.cancel()
+        raise TimeoutError
+    return running.result()
+
+
 async def _cancel_agent(task_pk, executor=None, *, timeout: float = AGENT_CANCEL_TIMEOUT) -> None:
     """Call executor.cancel() (a fresh executor of the task's agent if none is given), bounded.
 
@@ -1050,9 +1070,7 @@ async def _cancel_agent(task_pk, executor=None, *, timeout: float = AGENT_CANCEL
         if executor is None:
             executor = await db(_build_executor_of, task_pk)
         request_context = await db(_cancel_context, task_pk)
-        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
-        async with asyncio.timeout(timeout):
-            await executor.cancel(request_context, DiscardingEventQueue())
+        await _bounded(executor.cancel(request_context, DiscardingEventQueue()), timeout)
     except HandlerNotAvailable as exc:
         logger.warning("Agent cancel of task %s: %s", task_pk, exc)
     except TimeoutError:

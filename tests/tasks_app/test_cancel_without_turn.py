@@ -7,6 +7,7 @@ executors of their own, and what CancelTask does to a turn still queued.
 """
 
 import asyncio
+import concurrent.futures
 import time
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -15,6 +16,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
 
 from agents.models import Agent
+from tasks_app import engine
 from tasks_app.models import Message, Task
 from tasks_app.turns import DiscardingEventQueue, _cancel_agent, agent_cancel
 from tenants.models import Tenant
@@ -43,6 +45,17 @@ class RaisingExecutor(RecordingExecutor):
 class HangingExecutor(RecordingExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         await asyncio.Event().wait()
+
+
+class SwallowingExecutor(RecordingExecutor):
+    """A cancel() that hangs and swallows every cancellation it gets."""
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
 
 
 def _agent(slug: str, handler: str) -> str:
@@ -100,6 +113,24 @@ def test_a_handler_that_raises_hangs_or_is_gone_is_only_logged(rpc, stored, capl
     assert "the remote said no" in caplog.text
     assert "did not finish within 0.5 s" in caplog.text
     assert "Handler 'no-such-handler' is not installed" in caplog.text
+    assert Task.objects.get(pk=task["id"]).state == "canceled"
+
+
+def test_a_cancel_that_swallows_its_cancellation_is_abandoned_at_its_time_limit(rpc, stored, caplog):
+    agent = _agent("clarify-swallowed", "clarify")
+    task = _waiting_task(rpc, agent, "Plan the picnic")
+    _cancel(rpc, agent, task)
+
+    with caplog.at_level("INFO", logger="tasks_app.turns"):
+        # On the engine loop, as agent_cancel runs it: a long-lived loop, where the
+        # abandoned cancel() stays behind (asyncio.run would wait for it at its end).
+        giving = engine.submit(_cancel_agent(task["id"], SwallowingExecutor(), timeout=0.5))
+        try:
+            giving.result(timeout=10)
+        except concurrent.futures.TimeoutError:
+            giving.cancel()
+            raise AssertionError("a cancel() that swallows its cancellation holds its caller") from None
+    assert "did not finish within 0.5 s" in caplog.text
     assert Task.objects.get(pk=task["id"]).state == "canceled"
 
 

@@ -60,6 +60,7 @@ from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.dispatch import agent_cancel_dispatch
 from tasks_app.events import SETTLED_STATES, Feed, cancel_group_name, log_entries, log_publish, task_state
 from tasks_app.models import (
     TERMINAL_STATES,
@@ -479,7 +480,11 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
         handler=task.agent.handler,
     )
     if task.is_terminal:
-        owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+        closed = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+        if closed and task.state == TaskState.CANCELED:
+            # Canceled between the claim and this read (on SQLite they are two statements):
+            # task_cancel saw this turn running and left the agent's cancel() to it.
+            agent_cancel_dispatch(task.pk)
         return None
     if turn.attempt > 1:
         if not _restart(turn):

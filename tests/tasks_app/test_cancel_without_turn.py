@@ -9,14 +9,16 @@ executors of their own, and what CancelTask does to a turn still queued.
 import asyncio
 import concurrent.futures
 import time
+from datetime import timedelta
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
+from django.utils import timezone
 
 from agents.models import Agent
-from tasks_app import engine
+from tasks_app import engine, turns
 from tasks_app.models import Message, Task
 from tasks_app.turns import DiscardingEventQueue, _cancel_agent, agent_cancel
 from tenants.models import Tenant
@@ -145,17 +147,51 @@ def test_a_task_that_is_not_canceled_gets_no_agent_cancel(rpc, stored, caplog):
     )
 
 
-def test_a_queued_turn_of_a_canceled_task_never_starts(rpc, stored):
-    agent = _agent("clarify-queued", "clarify")
-    task = _waiting_task(rpc, agent, "Book a venue")
-    # The question's turn closes just after the task went input-required.
+def _first_turn_closed(task: dict) -> Task:
+    """The task once its first turn (the question's) has closed, with its tenant and context."""
     deadline = time.monotonic() + 15
     while Message.objects.filter(task_id=task["id"], turn=Message.Turn.RUNNING).exists():
         assert time.monotonic() < deadline, "the first turn never ended"
         time.sleep(0.05)
+    return Task.objects.select_related("tenant", "context").get(pk=task["id"])
+
+
+def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(rpc, stored, monkeypatch):
+    agent = _agent("clarify-raced", "clarify")
+    task = _waiting_task(rpc, agent, "Book the band")
+    waiting = _first_turn_closed(task)
+    # The answer's turn, just claimed by a worker that has not read the task yet.
+    claimed = Message.objects.create(
+        tenant=waiting.tenant,
+        task=waiting,
+        context=waiting.context,
+        message_id=new_id(),
+        role=Message.Role.USER,
+        parts=[{"text": "A jazz trio"}],
+        turn=Message.Turn.RUNNING,
+        turn_attempts=1,
+        lease_until=timezone.now() + timedelta(seconds=60),
+        sender=waiting.owner,
+    )
+    # CancelTask sees that turn running, and leaves the agent's cancel() to it.
+    _cancel(rpc, agent, task)
+    given = []
+    monkeypatch.setattr(turns, "agent_cancel_dispatch", given.append, raising=False)
+
+    assert turns._prepare(task["id"], claimed.pk) is None  # nothing to run: the task is canceled
+
+    claimed.refresh_from_db()
+    assert claimed.turn == Message.Turn.DONE
+    assert given == [waiting.pk]
+
+
+def test_a_queued_turn_of_a_canceled_task_never_starts(rpc, stored):
+    agent = _agent("clarify-queued", "clarify")
+    task = _waiting_task(rpc, agent, "Book a venue")
+    # The question's turn closes just after the task went input-required.
+    waiting = _first_turn_closed(task)
     # The answer was accepted but its turn never reached a worker (a broker
     # outage: the sweeper would re-dispatch it later), as message_send leaves it.
-    waiting = Task.objects.select_related("tenant", "context").get(pk=task["id"])
     queued = Message.objects.create(
         tenant=waiting.tenant,
         task=waiting,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from a2a.utils.errors import InvalidParamsError
 from django.contrib.auth import get_user_model
 from django.core.cache import caches
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from tasks_app.access import HISTORY_FIELDS, Caller, parse_task_uuid, tasks_visible_to
@@ -66,6 +66,24 @@ def send_answer(task_pk, *, history_length: int | None = None) -> dict:
     if task.is_message_exchange and task.status_message is not None:
         return {"message": reply_dict(task)}
     return {"task": _snapshot(task, history_length=history_length)}
+
+
+def send_answer_at(task_pk) -> tuple[int, dict]:
+    """send_answer() and the log position it reflects (the task's event_seq), both as of one moment.
+
+    A stream starts with this snapshot and goes on with the log after that
+    position. Read apart, a batch committed in between would be in the
+    snapshot and again in the log after it: an artifact chunk appended twice.
+    So one transaction that sees one state: REPEATABLE READ on PostgreSQL (a
+    read-only one never fails to serialize); a SQLite transaction reads one
+    state of the database anyway.
+    """
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        seq = Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
+        return seq, send_answer(task_pk)
 
 
 def reply_dict(task: Task) -> dict:

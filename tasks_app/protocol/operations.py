@@ -27,6 +27,7 @@ from tasks_app.selectors import (
     DEFAULT_HISTORY_LENGTH,
     history_to_read,
     send_answer,
+    send_answer_at,
     task_list,
     with_history_length,
 )
@@ -193,11 +194,6 @@ def _beyond_log(last_event_id: int, log_end: int) -> InvalidParamsError:
     )
 
 
-def _snapshot_with_seq(task_pk) -> tuple[int, dict]:
-    seq = Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
-    return seq, send_answer(task_pk)
-
-
 async def _stream(
     task_pk,
     *,
@@ -218,7 +214,7 @@ async def _stream(
         # The spec wants the current Task first; its id is the log position it reflects.
         # (A retried send of a message exchange gets the agent's Message, the whole answer.)
         try:
-            after, current = await db(_snapshot_with_seq, task_pk)
+            after, current = await db(send_answer_at, task_pk)
         except UNAVAILABLE_ERRORS as exc:
             if accepted is None:
                 raise

@@ -694,7 +694,7 @@ class TurnEventQueue(EventQueue):
                 if self.closed:
                     raise TurnAborted()
                 return
-            stored = await _retrying(events_store, self.turn, batch, self.view)
+            stored = await _retrying(events_store, self.turn, batch, self.view, _Written())
             if stored is None:
                 self.close()
                 raise TurnAborted()
@@ -704,7 +704,28 @@ class TurnEventQueue(EventQueue):
                 self.ended_task = True
 
 
-def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str | None:
+@dataclass
+class _Written:
+    """What one try of a batch was about to log first, kept for the next try (_retrying).
+
+    The database can go away as a COMMIT goes through: the transaction is
+    stored and only its answer is lost. The next try finds the entry it was
+    about to write at its place in the log, and writes nothing again.
+    """
+
+    seq: int | None = None
+    payload: dict | None = None
+
+    def stored(self, task: Task) -> bool:
+        if self.seq is None or task.event_seq < self.seq:
+            return False
+        logged = TaskEvent.objects.filter(task=task, seq=self.seq).values_list("payload", flat=True).first()
+        return logged == self.payload
+
+
+def events_store(
+    turn: Turn, batch: list, view: TaskView | None = None, written: _Written | None = None
+) -> str | None:
     """Store a batch of the agent's events in one transaction; the task's state after it.
 
     None if the turn may write no more (its task ended, or another attempt
@@ -712,9 +733,18 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
     turn too: the answer to a question starts a turn of its own, which no
     late event of this one may write into, and which the sweeper must never
     mistake for this one's.
+
+    `written`: the same for every try of one batch; a try after one whose
+    commit went through stores nothing more (its readers catch up from the
+    log, as they do with any notification lost).
     """
     with transaction.atomic():
         task = lock_task(turn.task_pk)
+        if written is not None and written.stored(task):
+            if view is not None:
+                view.messages = list(task.messages.order_by("created_at", "pk"))
+                view.artifacts = list(task.artifacts.order_by("created_at", "pk"))
+            return task.state
         if task.is_terminal:
             return None
         if view is not None:
@@ -722,6 +752,8 @@ def events_store(turn: Turn, batch: list, view: TaskView | None = None) -> str |
         writer = _BatchWriter(task, turn, view)
         for event in batch:
             writer.apply(event)
+        if written is not None and writer.entries:
+            written.seq, written.payload = task.event_seq + 1, writer.entries[0][1]
         # The batch renews the turn's lease too (a turn that stores events is alive),
         # and closes the turn when it settles the task: in the statement of its rows.
         if not writer.commit(owned=_owned_turn_statement(turn, done=task.state in SETTLED_STATES)):

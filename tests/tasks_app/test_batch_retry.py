@@ -1,0 +1,94 @@
+"""A batch tried again after a commit that went through, though its answer was lost, is not stored twice.
+
+The database can go away as a COMMIT goes through (a restart): psycopg raises,
+the turn tries the batch again once the database is back (turns._retrying),
+and that try must find the batch stored instead of logging its events, its
+messages and its artifacts a second time.
+"""
+
+import uuid
+from datetime import timedelta
+
+from a2a.types import a2a_pb2 as pb
+from django.utils import timezone
+
+from agents.models import Agent
+from tasks_app import turns
+from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
+
+
+def _claimed_turn() -> tuple[turns.Turn, turns.TaskView]:
+    """A task whose first turn a worker holds, as _load leaves it."""
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    context = Context.objects.create(tenant=agent.tenant, context_id=f"retry-{uuid.uuid4()}")
+    task = Task.objects.create(
+        tenant=agent.tenant, agent=agent, context=context, owner="anonymous", status_timestamp=timezone.now()
+    )
+    message = Message.objects.create(
+        tenant=agent.tenant,
+        task=task,
+        context=context,
+        message_id=f"m-{uuid.uuid4()}",
+        role=Message.Role.USER,
+        parts=[{"text": "hello"}],
+        turn=Message.Turn.RUNNING,
+        turn_attempts=1,
+        lease_until=timezone.now() + timedelta(seconds=60),
+    )
+    turn = turns.Turn(task_pk=str(task.pk), message_pk=message.pk, attempt=1, timeout=60.0)
+    return turn, turns.TaskView(messages=[message], artifacts=[])
+
+
+def _progress(task_pk: str) -> list:
+    """A burst that does not settle the task: WORKING with a message, and an artifact."""
+    return [
+        pb.TaskStatusUpdateEvent(
+            task_id=task_pk,
+            status=pb.TaskStatus(
+                state=pb.TASK_STATE_WORKING,
+                message=pb.Message(
+                    message_id=f"w-{uuid.uuid4()}", role=pb.ROLE_AGENT, parts=[pb.Part(text="on it")]
+                ),
+            ),
+        ),
+        pb.TaskArtifactUpdateEvent(
+            task_id=task_pk, artifact=pb.Artifact(artifact_id="draft", parts=[pb.Part(text="first part")])
+        ),
+    ]
+
+
+def _stored(task_pk: str) -> tuple[int, int, int]:
+    return (
+        TaskEvent.objects.filter(task_id=task_pk).count(),
+        Message.objects.filter(task_id=task_pk).count(),
+        Artifact.objects.filter(task_id=task_pk).count(),
+    )
+
+
+def test_a_batch_tried_again_after_its_commit_went_through_is_stored_once(stored):
+    turn, view = _claimed_turn()
+    batch = _progress(turn.task_pk)
+    written = turns._Written()
+
+    assert turns.events_store(turn, batch, view, written) == "working"
+    once = _stored(turn.task_pk)
+    # The answer to that COMMIT was lost: the same batch, tried again.
+    view_before = ([m.pk for m in view.messages], [a.pk for a in view.artifacts])
+    assert turns.events_store(turn, batch, view, written) == "working"
+
+    assert _stored(turn.task_pk) == once == (2, 2, 1)
+    assert ([m.pk for m in view.messages], [a.pk for a in view.artifacts]) == view_before
+    # The next batch goes on from there.
+    assert turns.events_store(turn, _progress(turn.task_pk)[:1], view, turns._Written()) == "working"
+    assert _stored(turn.task_pk) == (3, 3, 1)
+
+
+def test_a_batch_is_known_by_its_first_entry_not_by_its_place_alone(stored):
+    turn, view = _claimed_turn()
+    assert turns.events_store(turn, _progress(turn.task_pk), view, turns._Written()) == "working"
+    # A try that wrote nothing, where other entries stand now: the batch is not there yet.
+    written = turns._Written(seq=1, payload={"statusUpdate": {"not": "this batch"}})
+
+    assert turns.events_store(turn, _progress(turn.task_pk), view, written) == "working"
+
+    assert _stored(turn.task_pk) == (4, 3, 1)

@@ -25,6 +25,7 @@ from django.utils import timezone
 from agents.approvals import requested_decision
 from agents.registry import answers_with_task
 from tasks_app.access import Caller, FoundTask, get_task_for_caller
+from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, log_entries, log_publish, publish_soon
 from tasks_app.models import Context, IdempotencyKey, Message, Task, TaskEvent, TaskState
@@ -349,4 +350,10 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         )
         if not turn_running:
             transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
-    return task_snapshot(task_pk)
+    try:
+        return task_snapshot(task_pk)
+    except UNAVAILABLE_ERRORS as exc:
+        # Canceled and stored; only reading the whole task back failed. Answered from the
+        # task in hand (its status, without history or artifacts), never as "nothing stored".
+        logger.warning("Task %s canceled; reading it back failed (%r)", task_pk, exc)
+        return task_dict(task)

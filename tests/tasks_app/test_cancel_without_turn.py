@@ -15,10 +15,12 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import TaskState
+from django.db import OperationalError
 from django.utils import timezone
 
 from agents.models import Agent
-from tasks_app import engine, turns
+from tasks_app import engine, services, turns
+from tasks_app.access import Caller
 from tasks_app.models import Message, Task
 from tasks_app.turns import DiscardingEventQueue, _cancel_agent, agent_cancel
 from tenants.models import Tenant
@@ -133,6 +135,23 @@ def test_a_cancel_that_swallows_its_cancellation_is_abandoned_at_its_time_limit(
             giving.cancel()
             raise AssertionError("a cancel() that swallows its cancellation holds its caller") from None
     assert "did not finish within 0.5 s" in caplog.text
+    assert Task.objects.get(pk=task["id"]).state == "canceled"
+
+
+def test_a_stored_cancel_is_answered_as_stored_when_reading_it_back_fails(rpc, stored, monkeypatch):
+    agent = _agent("clarify-read-back", "clarify")
+    task = _waiting_task(rpc, agent, "Plan the dinner")
+    found = Task.objects.select_related("tenant", "agent").get(pk=task["id"])
+    caller = Caller(tenant=found.tenant, agent=found.agent, principal=found.owner)
+
+    def unreachable(task_pk, **options):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    # The database went away right after the cancel committed.
+    monkeypatch.setattr(services, "task_snapshot", unreachable)
+    answer = services.task_cancel(caller, task["id"])
+
+    assert answer["id"] == task["id"] and answer["status"]["state"] == "TASK_STATE_CANCELED"
     assert Task.objects.get(pk=task["id"]).state == "canceled"
 
 

@@ -194,6 +194,24 @@ def test_authorization_code_with_pkce_gives_a_member_a_token_that_acts_as_them(t
     assert Task.objects.get(pk=task["id"]).owner == f"user:{trio.users['bob'].pk}"
 
 
+@pytest.mark.parametrize(
+    "page", ["applications/", "applications/register/", "authorized_tokens/", "register/", "userinfo/"]
+)
+def test_oauth_toolkits_own_client_and_token_pages_are_not_served(trio, page):
+    """Clients belong to a tenant: DOT's pages that list and register them (knowing none) are not there."""
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(trio.users["dave"])
+    answer = httpx.get(
+        f"{trio.base_url}/o/{page}",
+        cookies={"sessionid": browser.cookies["sessionid"].value},
+        follow_redirects=False,
+        timeout=30,
+    )
+    assert answer.status_code == 404, answer.text[:300]
+
+
 def test_authorization_code_is_refused_to_someone_outside_the_tenant(trio):
     verifier, challenge = _pkce()
     redirect = _authorize(trio, "charlie", trio.clients["acme-interactive"].client_id, challenge)

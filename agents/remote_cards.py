@@ -100,7 +100,7 @@ def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: floa
 def card_parse(body: bytes, url: str = "the card") -> RemoteCard:
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CardUnavailable(f"{url} did not answer with JSON: it is not an agent card.") from None
     try:
         card = parse_agent_card(data)

@@ -227,6 +227,7 @@ def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
 
     The time must carry its offset and convert to UTC (a year-1 time at +14:00
     does not), and both values must be strings: uuid.UUID(5) raises AttributeError.
+    JSON nested thousands deep is refused by json.loads with a RecursionError.
     """
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
@@ -237,7 +238,7 @@ def _parse_page_token(token: str) -> tuple[datetime, uuid.UUID]:
         if after.tzinfo is None:
             raise ValueError("no offset")
         return after.astimezone(UTC), uuid.UUID(pk)
-    except (ValueError, KeyError, TypeError, OverflowError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         raise InvalidParamsError(message="pageToken is not one this server issued") from None
 
 

@@ -49,7 +49,10 @@ def bearer_token_verify(authorization: str, uri: str) -> AccessToken | None:
     """
     server = get_oauthlib_core().server
     headers = {"Authorization": authorization}
-    valid, oauth_request = server.verify_request(uri, "POST", None, headers, scopes=[])
+    try:
+        valid, oauth_request = server.verify_request(uri, "POST", None, headers, scopes=[])
+    except ValueError:
+        return None  # a URI oauthlib cannot read (its query): nothing is verified against it
     return oauth_request.access_token if valid else None
 
 

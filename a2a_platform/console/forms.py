@@ -41,6 +41,8 @@ def _parse_json(value: str, what: str):
         raise forms.ValidationError(
             f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
+    except RecursionError:
+        raise forms.ValidationError(f"{what} is nested too deeply to read.") from None
 
 
 @dataclass

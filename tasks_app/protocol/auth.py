@@ -161,7 +161,9 @@ def resolve_caller(request, agent: Agent, method: str) -> Caller:
         caller = _session_caller(request, agent)
         if caller is not None:
             return caller
-    return authorization_caller(authorization, agent, method, uri=request.build_absolute_uri())
+    # The resource a token is checked against (RFC 8707) is the endpoint, not its query: oauthlib
+    # decodes the query, and refuses one with "[" or a bad %-escape with a ValueError.
+    return authorization_caller(authorization, agent, method, uri=request.build_absolute_uri(request.path))
 
 
 def authorization_caller(authorization: str, agent: Agent, method: str, *, uri: str) -> Caller:

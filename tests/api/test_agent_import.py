@@ -122,3 +122,5 @@ def test_a_card_pointing_at_the_platforms_own_network_is_refused():
             card_parse(json.dumps(local).encode())
     with pytest.raises(CardUnavailable, match="did not answer with JSON"):
         card_parse(b"<html>")
+    with pytest.raises(CardUnavailable, match="did not answer with JSON"):
+        card_parse(b"[" * 5000)  # nested too deep for json.loads: a RecursionError

@@ -2,6 +2,7 @@
 
 import uuid
 
+import pytest
 from playwright.sync_api import expect
 
 from tasks_app.models import Message, Task
@@ -159,3 +160,12 @@ def test_a_live_refresh_does_not_swallow_the_flash_of_the_page_being_loaded(serv
     assert live.status == 200 and 'class="flash"' not in live.text()
     shown = bob.request.get(url)
     assert 'class="flash"' in shown.text() and "Answer sent" in shown.text()
+
+
+def test_json_nested_too_deep_in_a_console_form_is_a_form_error_not_a_500():
+    from django import forms
+
+    from a2a_platform.console.forms import _parse_json
+
+    with pytest.raises(forms.ValidationError, match="nested too deeply"):
+        _parse_json("[" * 5000, "Config")

@@ -70,6 +70,24 @@ def test_the_caller_is_refused_before_the_values_of_its_request_are_judged(trio,
     assert answer.json()["error"]["code"] == -32602
 
 
+@pytest.mark.parametrize("query", ["x=[", "x=%zz", "A2A-Version=1.0&y=]"])
+def test_a_token_is_judged_whatever_the_query_of_the_url(trio, query):
+    """oauthlib cannot read such a query (a ValueError): the token is checked against the endpoint."""
+    url = f"{trio.base_url}/a2a/acme/vault/?{query}"
+    body = {"jsonrpc": "2.0", "id": "req-1", "method": "SendMessage", "params": new_message("odd url")}
+    for token, status in ((trio.token("acme"), 200), ("not-a-token", 401)):
+        headers = {"A2A-Version": "1.0", **trio.auth(token)}
+        answer = httpx.post(url, json=body, headers=headers, timeout=30)
+        assert answer.status_code == status, answer.text
+    assert "invalid" in answer.json()["error"]["message"]
+    rest_answer = httpx.get(
+        f"{trio.base_url}/a2a/acme/vault/rest/tasks?{query}",
+        headers={"A2A-Version": "1.0", **trio.auth(trio.token("acme"))},
+        timeout=30,
+    )
+    assert rest_answer.status_code == 200, rest_answer.text
+
+
 def test_expired_token_is_refused_with_401(trio):
     expired = trio.token("acme", expires_in=-5)
     answer = jsonrpc(trio, "acme", "vault", "ListTasks", {}, expired)

@@ -83,6 +83,11 @@ def test_list_tasks_refuses_a_made_up_page_token_as_invalid_params(rpc, position
     assert answer["error"]["code"] == -32602, answer
 
 
+def test_list_tasks_refuses_a_page_token_nested_too_deep_to_read(rpc):
+    token = base64.urlsafe_b64encode(b"[" * 5000).decode()
+    assert rpc("ListTasks", {"pageToken": token})["error"]["code"] == -32602
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),

@@ -9,6 +9,7 @@ messages and its artifacts a second time.
 import uuid
 from datetime import timedelta
 
+import pytest
 from a2a.types import a2a_pb2 as pb
 from django.utils import timezone
 
@@ -17,8 +18,18 @@ from tasks_app import turns
 from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
 
 
+@pytest.fixture
+def claimed_turn(stored):
+    """A task whose first turn a worker holds, as _load leaves it; closed after the test.
+
+    Left running, the turn would keep other tests waiting for the turns in the database to end.
+    """
+    turn, view = _claimed_turn()
+    yield turn, view
+    Message.objects.filter(pk=turn.message_pk).update(turn=Message.Turn.DONE, lease_until=None)
+
+
 def _claimed_turn() -> tuple[turns.Turn, turns.TaskView]:
-    """A task whose first turn a worker holds, as _load leaves it."""
     agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
     context = Context.objects.create(tenant=agent.tenant, context_id=f"retry-{uuid.uuid4()}")
     task = Task.objects.create(
@@ -65,8 +76,8 @@ def _stored(task_pk: str) -> tuple[int, int, int]:
     )
 
 
-def test_a_batch_tried_again_after_its_commit_went_through_is_stored_once(stored):
-    turn, view = _claimed_turn()
+def test_a_batch_tried_again_after_its_commit_went_through_is_stored_once(claimed_turn):
+    turn, view = claimed_turn
     batch = _progress(turn.task_pk)
     written = turns._Written()
 
@@ -83,8 +94,8 @@ def test_a_batch_tried_again_after_its_commit_went_through_is_stored_once(stored
     assert _stored(turn.task_pk) == (3, 3, 1)
 
 
-def test_a_batch_is_known_by_its_first_entry_not_by_its_place_alone(stored):
-    turn, view = _claimed_turn()
+def test_a_batch_is_known_by_its_first_entry_not_by_its_place_alone(claimed_turn):
+    turn, view = claimed_turn
     assert turns.events_store(turn, _progress(turn.task_pk), view, turns._Written()) == "working"
     # A try that wrote nothing, where other entries stand now: the batch is not there yet.
     written = turns._Written(seq=1, payload={"statusUpdate": {"not": "this batch"}})

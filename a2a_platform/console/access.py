@@ -10,7 +10,7 @@ from functools import wraps
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 
 from tenants.access import get_membership, get_tenant, role_allows
 from tenants.models import Membership, Tenant
@@ -58,6 +58,18 @@ def console_tenants(user) -> list[Tenant]:
     return list(Tenant.objects.filter(memberships__user=user).order_by("slug"))
 
 
+def _has_nul(request) -> bool:
+    """Whether the path, a query value or a form value holds NUL.
+
+    PostgreSQL stores no NUL in text or JSON: a filter, an id or an answer
+    holding one would fail in the database (a 500) instead of being refused.
+    """
+    values = [request.path, *request.GET.keys(), *(v for _, vs in request.GET.lists() for v in vs)]
+    if request.method == "POST":
+        values += [*request.POST.keys(), *(v for _, vs in request.POST.lists() for v in vs)]
+    return any("\x00" in value for value in values)
+
+
 def tenant_view(role: str = Role.VIEWER):
     """Resolve `tenant` from the URL into request.console, or refuse.
 
@@ -68,6 +80,8 @@ def tenant_view(role: str = Role.VIEWER):
     def decorator(view):
         @wraps(view)
         def wrapped(request, tenant, *args, **kwargs):
+            if _has_nul(request):
+                return HttpResponseBadRequest("The request holds a NUL character: nothing here can hold one.")
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             access = console_access(request.user, tenant)

@@ -169,3 +169,37 @@ def test_json_nested_too_deep_in_a_console_form_is_a_form_error_not_a_500():
 
     with pytest.raises(forms.ValidationError, match="nested too deeply"):
         _parse_json("[" * 5000, "Config")
+
+
+def _as(username: str, method: str, url: str, data: dict | None = None) -> int:
+    """The status of one console request made in-process, signed in as `username` (CSRF not enforced)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    def request():
+        browser = Client()
+        browser.force_login(get_user_model().objects.get(username=username))
+        return getattr(browser, method)(url, data or {}).status_code
+
+    return orm(request)
+
+
+@pytest.mark.parametrize(
+    "method,path,data",
+    [
+        ("get", "tasks/", {"q": "a\x00b"}),
+        ("get", "tasks/", {"context": "\x00"}),
+        ("get", "tasks/00000000-0000-0000-0000-000000000000/file", {"artifact": "a\x00"}),
+        ("post", "clients/a\x00b/revoke", {}),
+        ("post", "tasks/00000000-0000-0000-0000-000000000000/answer", {"text": "yes\x00"}),
+    ],
+)
+def test_a_nul_character_anywhere_in_a_console_request_is_a_400(people, method, path, data):
+    # PostgreSQL stores no NUL: left to the database, each of these was a 500 there.
+    assert _as("alice", method, f"/console/t/acme/{path}", data) == 400
+
+
+@pytest.mark.parametrize("part", ["²", "1" * 5000, "-1", "x"])
+def test_a_file_part_that_is_no_small_number_is_not_found(people, part):
+    url = "/console/t/acme/tasks/00000000-0000-0000-0000-000000000000/file"
+    assert _as("dave", "get", url, {"message": "m1", "part": part}) == 404

@@ -215,7 +215,8 @@ def task_cancel(request, task_id):
 def artifact_download(request, task_id):
     task = get_task_for_tenant(request.console.tenant, task_id)
     index = request.GET.get("part", "")
-    index = int(index) if index.isdigit() else -1
+    # isdecimal, not isdigit ("²" is a digit int() refuses), and no more digits than a part count has.
+    index = int(index) if index.isdecimal() and len(index) <= 9 else -1
     # Files come in artifacts and in messages; both are looked up inside this task only.
     if "artifact" in request.GET:
         holder = Artifact.objects.filter(task=task, artifact_id=request.GET["artifact"])

@@ -24,6 +24,17 @@ class TenantOAuth2Validator(OAuth2Validator):
         # A token request without `scope` gets everything the client is allowed.
         return sorted(request.client.scope_set)
 
+    def validate_bearer_token(self, token, scopes, request):
+        # A token that acts for a person holds only while that person may sign in: a
+        # deactivated account's tokens stop at once, on every binding and the API.
+        valid = super().validate_bearer_token(token, scopes, request)
+        return valid and _active(getattr(request, "user", None))
+
+    def validate_refresh_token(self, refresh_token, client, request, *args, **kwargs):
+        # ...and cannot be renewed either.
+        valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        return valid and _active(getattr(request, "user", None))
+
     def save_authorization_code(self, client_id, code, request, *args, **kwargs):
         user = getattr(request, "user", None)
         if (
@@ -35,6 +46,11 @@ class TenantOAuth2Validator(OAuth2Validator):
                 description="You are not a member of this client's tenant", request=request
             )
         return super().save_authorization_code(client_id, code, request, *args, **kwargs)
+
+
+def _active(user) -> bool:
+    """A token's person may act: there is none (a client's own token), or the account is active."""
+    return user is None or user.is_active
 
 
 def bearer_token_verify(authorization: str, uri: str) -> AccessToken | None:

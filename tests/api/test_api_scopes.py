@@ -116,3 +116,30 @@ def test_a_person_changes_visibility_by_role_and_it_is_audited(trio, private_age
     bob = trio.token("acme", ["agents:manage", "agents:publish"], user="bob")
     back = {"visibility": "authenticated"}
     assert call(trio, "PATCH", "acme", f"agents/{private_agent}/", bob, back).status_code == 403
+
+
+def test_a_deactivated_persons_tokens_stop_working_at_once(trio):
+    """As signing in to the console stops: on the management API and on the A2A endpoints alike."""
+    token = trio.token("acme", user="dave")
+    a2a = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+
+    def answers() -> tuple[int, int]:
+        listed = call(trio, "GET", "acme", "tasks/", token)
+        sent = httpx.post(
+            f"{trio.base_url}/a2a/acme/vault/",
+            json=a2a,
+            headers={"A2A-Version": "1.0", **trio.auth(token)},
+            timeout=30,
+        )
+        return listed.status_code, sent.status_code
+
+    assert answers() == (200, 200)
+    dave = trio.users["dave"]
+    dave.is_active = False
+    dave.save(update_fields=["is_active"])
+    try:
+        assert answers() == (401, 401)
+    finally:
+        dave.is_active = True
+        dave.save(update_fields=["is_active"])
+    assert answers() == (200, 200)

@@ -75,12 +75,22 @@ def _owner_count(tenant: Tenant) -> int:
     return Membership.objects.filter(tenant=tenant, role=Membership.Role.OWNER).count()
 
 
+def _lock_members(tenant: Tenant) -> None:
+    """Lock the tenant's row for the transaction: changes to its members queue on it.
+
+    Else two owners demoting (or removing) each other at once each count two
+    owners, and the tenant is left with none.
+    """
+    list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True))
+
+
 @transaction.atomic
 def membership_set(*, tenant: Tenant, user, role: str, actor: str) -> Membership:
     """Make `user` a member of `tenant` with `role`, or change the role they have."""
     if role not in Membership.Role.values:
         raise ValidationError(f"role must be one of {', '.join(Membership.Role.values)}")
-    membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    _lock_members(tenant)
+    membership = Membership.objects.filter(tenant=tenant, user=user).first()
     before = membership.role if membership else None
     if membership is None:
         membership = Membership.objects.create(tenant=tenant, user=user, role=role)
@@ -102,7 +112,11 @@ def membership_set(*, tenant: Tenant, user, role: str, actor: str) -> Membership
 
 @transaction.atomic
 def membership_remove(*, membership: Membership, actor: str) -> None:
-    if membership.role == Membership.Role.OWNER and _owner_count(membership.tenant) == 1:
+    _lock_members(membership.tenant)
+    role = Membership.objects.filter(pk=membership.pk).values_list("role", flat=True).first()
+    if role is None:
+        return  # removed meanwhile
+    if role == Membership.Role.OWNER and _owner_count(membership.tenant) == 1:
         raise ValidationError("A tenant keeps at least one owner")
     membership.delete()
     audit_record(

@@ -156,6 +156,33 @@ def handler_info(name: str) -> HandlerInfo:
     )
 
 
+# What a reader who may not edit an agent sees of a config value its schema marks writeOnly.
+HIDDEN = "********"
+
+
+def config_shown(agent, *, may_edit: bool) -> dict:
+    """The agent's config as a reader sees it: whole to one who may edit it, else its secrets hidden.
+
+    A secret is a value whose property the handler's schema marks `writeOnly`
+    (the a2a_proxy agent's `headers`, which carry the remote agent's API key):
+    a string is replaced by HIDDEN, an object keeps its keys (the header
+    names) with each value replaced. A handler that does not load shows none.
+    """
+    config = agent.config if isinstance(agent.config, dict) else {}
+    if may_edit:
+        return config
+    try:
+        properties = (handler_info(agent.handler).config_schema or {}).get("properties", {})
+    except HandlerNotAvailable:
+        return {}
+    shown = dict(config)
+    for key, prop in properties.items():
+        if prop.get("writeOnly") and key in shown:
+            value = shown[key]
+            shown[key] = {name: HIDDEN for name in value} if isinstance(value, dict) else HIDDEN
+    return shown
+
+
 def answers_with_task(name: str) -> bool:
     """Whether handler `name` declares answers_with_task (a handler that does not load: no)."""
     try:

@@ -6,6 +6,7 @@ from google.protobuf.json_format import ParseDict
 from rest_framework import serializers
 
 from agents.models import MAX_TURN_TIMEOUT, Agent
+from agents.registry import config_shown
 from tasks_app.models import TaskState
 from tenants.models import MAX_RATE_PER_MINUTE, MAX_RETENTION_DAYS, MAX_RUNNING_TURNS, Membership
 from tenants.services import GRANT_TYPES
@@ -103,7 +104,10 @@ class AgentOutput(serializers.Serializer):
     version = serializers.CharField()
     handler = serializers.CharField()
     skills = serializers.JSONField()
-    config = serializers.JSONField()
+    config = serializers.SerializerMethodField(
+        help_text="The handler's settings; values its schema marks writeOnly (secrets) are hidden "
+        "from those who may not edit the agent"
+    )
     turn_timeout = serializers.IntegerField(help_text="Seconds one turn may run before it is stopped")
     enabled = serializers.BooleanField()
     visibility = serializers.ChoiceField(choices=Agent.Visibility.choices)
@@ -113,6 +117,10 @@ class AgentOutput(serializers.Serializer):
 
     def get_url(self, agent) -> str:
         return f"/a2a/{agent.tenant.slug}/{agent.slug}/"
+
+    def get_config(self, agent) -> dict:
+        # Context "may_edit": whether the reader may change the agent (the view decides).
+        return config_shown(agent, may_edit=self.context.get("may_edit", False))
 
 
 class AgentCreateInput(serializers.Serializer):

@@ -95,6 +95,8 @@ class ProxyConfig(BaseModel):
         default_factory=dict,
         description="HTTP headers sent with every call to the remote agent, e.g. its API key.",
         examples=[{"Authorization": "Bearer <the remote agent's token>"}],
+        # Secrets: shown only to those who may edit the agent (agents.registry.config_shown).
+        json_schema_extra={"writeOnly": True},
     )
     timeout: float = Field(
         DEFAULT_TIMEOUT,

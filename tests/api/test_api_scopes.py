@@ -143,3 +143,33 @@ def test_a_deactivated_persons_tokens_stop_working_at_once(trio):
         dave.is_active = True
         dave.save(update_fields=["is_active"])
     assert answers() == (200, 200)
+
+
+@pytest.fixture
+def proxy_with_a_key(trio):
+    from agents.models import Agent
+
+    slug = f"keyed-{uuid.uuid4().hex[:6]}"
+    Agent.objects.create(
+        tenant=trio.tenants["acme"],
+        slug=slug,
+        name="Keyed",
+        handler="a2a_proxy",
+        config={"url": "https://agents.example.com/a2a", "headers": {"Authorization": "Bearer REMOTE-KEY"}},
+    )
+    return slug
+
+
+def test_an_agents_secrets_are_shown_only_to_those_who_may_edit_it(trio, proxy_with_a_key):
+    def config_as(user: str) -> dict:
+        answer = call(trio, "GET", "acme", f"agents/{proxy_with_a_key}/", trio.token("acme", user=user))
+        assert answer.status_code == 200, answer.text
+        return answer.json()["config"]
+
+    assert config_as("alice")["headers"] == {"Authorization": "Bearer REMOTE-KEY"}  # the owner
+    for reader in ("bob", "dave"):  # an operator, a viewer
+        shown = config_as(reader)
+        assert shown["headers"] == {"Authorization": "********"}
+        assert shown["url"] == "https://agents.example.com/a2a"
+    listed = call(trio, "GET", "acme", "agents/", trio.token("acme", user="dave")).json()["results"]
+    assert "REMOTE-KEY" not in str(listed)

@@ -171,17 +171,41 @@ def test_json_nested_too_deep_in_a_console_form_is_a_form_error_not_a_500():
         _parse_json("[" * 5000, "Config")
 
 
-def _as(username: str, method: str, url: str, data: dict | None = None) -> int:
-    """The status of one console request made in-process, signed in as `username` (CSRF not enforced)."""
+def _answer(username: str, method: str, url: str, data: dict | None = None):
+    """One console request made in-process, signed in as `username` (CSRF not enforced)."""
     from django.contrib.auth import get_user_model
     from django.test import Client
 
     def request():
         browser = Client()
         browser.force_login(get_user_model().objects.get(username=username))
-        return getattr(browser, method)(url, data or {}).status_code
+        return getattr(browser, method)(url, data or {})
 
     return orm(request)
+
+
+def _as(username: str, method: str, url: str, data: dict | None = None) -> int:
+    return _answer(username, method, url, data).status_code
+
+
+def test_an_agents_secrets_are_on_its_page_only_for_its_owners(people):
+    from agents.models import Agent
+    from tenants.models import Tenant
+
+    slug = f"keyed-{uuid.uuid4().hex[:6]}"
+    orm(
+        lambda: Agent.objects.create(
+            tenant=Tenant.objects.get(slug="acme"),
+            slug=slug,
+            name="Keyed",
+            handler="a2a_proxy",
+            config={"url": "https://agents.example.com/a2a", "headers": {"X-Api-Key": "REMOTE-KEY"}},
+        )
+    )
+    for username, sees in (("alice", True), ("bob", False), ("dave", False)):
+        page = _answer(username, "get", f"/console/t/acme/agents/{slug}/")
+        assert page.status_code == 200
+        assert ("REMOTE-KEY" in page.content.decode()) is sees, username
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,13 @@ class AgentView(TenantView):
             f"Changing an agent's visibility needs a person or a token with the '{PUBLISH_SCOPE}' scope"
         )
 
+    def shown(self, agent: Agent) -> dict:
+        """The agent as this reader sees it: its config's secrets only for one who may edit it."""
+        return AgentOutput(agent, context=self.output_context()).data
+
+    def output_context(self) -> dict:
+        return {"may_edit": self.admin.has_role(self.write_role)}
+
     def get_agent(self, slug: str) -> Agent:
         agent = get_agent_for_tenant(self.admin.tenant, slug)
         if agent is None:
@@ -41,7 +48,7 @@ class AgentListView(AgentView):
     @extend_schema(responses=AgentOutput(many=True), summary="List agents")
     def get(self, request, tenant):
         agents = Agent.objects.select_related("tenant").filter(tenant=self.admin.tenant).order_by("slug")
-        return self.paginated(agents, AgentOutput)
+        return self.paginated(agents, AgentOutput, self.output_context())
 
     @extend_schema(request=AgentCreateInput, responses={201: AgentOutput}, summary="Register an agent")
     def post(self, request, tenant):
@@ -52,7 +59,7 @@ class AgentListView(AgentView):
             data.validated_data.get("visibility", Agent.Visibility.PUBLIC), Agent.Visibility.AUTHENTICATED
         )
         agent = agent_register(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
-        return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
+        return Response(self.shown(agent), status=status.HTTP_201_CREATED)
 
 
 class AgentImportView(AgentView):
@@ -67,13 +74,13 @@ class AgentImportView(AgentView):
         # Importing as a public agent opens it, as registering one does.
         self.check_visibility(data.validated_data["visibility"], Agent.Visibility.AUTHENTICATED)
         agent = agent_import(tenant=self.admin.tenant, actor=self.admin.actor, **data.validated_data)
-        return Response(AgentOutput(agent).data, status=status.HTTP_201_CREATED)
+        return Response(self.shown(agent), status=status.HTTP_201_CREATED)
 
 
 class AgentDetailView(AgentView):
     @extend_schema(responses=AgentOutput, summary="One agent")
     def get(self, request, tenant, agent):
-        return Response(AgentOutput(self.get_agent(agent)).data)
+        return Response(self.shown(self.get_agent(agent)))
 
     @extend_schema(request=AgentUpdateInput, responses=AgentOutput, summary="Change an agent")
     def patch(self, request, tenant, agent):
@@ -82,7 +89,7 @@ class AgentDetailView(AgentView):
         data.is_valid(raise_exception=True)
         self.check_visibility(data.validated_data.get("visibility"), found.visibility)
         updated = agent_update(agent=found, actor=self.admin.actor, **data.validated_data)
-        return Response(AgentOutput(updated).data)
+        return Response(self.shown(updated))
 
     @extend_schema(responses={204: None}, summary="Delete an agent and its tasks")
     def delete(self, request, tenant, agent):
@@ -96,7 +103,7 @@ class AgentEnableView(AgentView):
     @extend_schema(request=None, responses=AgentOutput, summary="Serve the agent")
     def post(self, request, tenant, agent):
         updated = agent_update(agent=self.get_agent(agent), actor=self.admin.actor, enabled=self.enabled)
-        return Response(AgentOutput(updated).data)
+        return Response(self.shown(updated))
 
 
 class AgentDisableView(AgentEnableView):

@@ -63,6 +63,6 @@ class TenantView(GenericAPIView):
             exc = PermissionDenied(str(exc))
         return super().handle_exception(exc)
 
-    def paginated(self, queryset, serializer_class):
+    def paginated(self, queryset, serializer_class, context: dict | None = None):
         page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(serializer_class(page, many=True).data)
+        return self.get_paginated_response(serializer_class(page, many=True, context=context or {}).data)

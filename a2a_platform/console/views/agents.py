@@ -15,6 +15,7 @@ from agents.access import get_agent_for_tenant
 from agents.cards import agent_url, card_dict, public_base_url
 from agents.health import agent_health, agents_health
 from agents.models import Agent
+from agents.registry import config_shown
 from agents.services import agent_import, agent_import_preview, agent_register, agent_update
 
 # What the form edits and the services store: every form field but the slug (the URL).
@@ -76,7 +77,10 @@ def agent_detail(request, slug: str):
             "card": card,
             "card_error": card_error,
             "curl": _curl_examples(agent, url, base_url),
-            "config": json.dumps(agent.config, indent=2, ensure_ascii=False),
+            # Its secrets (writeOnly values) only for those who may edit the agent.
+            "config": json.dumps(
+                config_shown(agent, may_edit=request.console.allows(Role.OWNER)), indent=2, ensure_ascii=False
+            ),
             "health": agent_health(agent),
         },
     )

@@ -120,16 +120,21 @@ class DraftTaskAlias(models.Model):
 
     Written by tasks_app/protocol/legacy only (1.0 ids are always server-made);
     the console shows it and finds tasks by it (selectors.tasks_matching). Unique per
-    agent, so two agents' clients may pick the same id.
+    agent and caller, so two callers (or two agents' clients) may pick the same id.
     """
 
     task = models.OneToOneField(Task, primary_key=True, on_delete=models.CASCADE, related_name="draft_alias")
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # The task's owner: each caller names its tasks in a space of its own, so an id
+    # another caller took is no error that would tell its task exists.
+    owner = models.CharField(max_length=255, default="anonymous")
     client_task_id = models.CharField(max_length=255)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["agent", "client_task_id"], name="draft_alias_agent_id_unique")
+            models.UniqueConstraint(
+                fields=["agent", "owner", "client_task_id"], name="draft_alias_owner_id_unique"
+            )
         ]
 
     def __str__(self) -> str:

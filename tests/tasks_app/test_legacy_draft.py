@@ -4,6 +4,7 @@ The request bodies are the seed article's examples, unchanged except for the URL
 """
 
 import copy
+import secrets
 
 import httpx
 import pytest
@@ -257,6 +258,40 @@ def test_unknown_and_foreign_tasks_are_not_found(server, stored):
     # Client ids are per agent: another agent's endpoint does not see it.
     assert post(server, "tasks/get", {"id": task_id}, agent="clarify")["error"]["code"] == -32001
     assert post(server, "tasks/cancel", {"id": task_id}, agent="clarify")["error"]["code"] == -32001
+
+
+def _token_of_the_demo_client() -> str:
+    """A token of the demo tenant's own client: a caller other than the anonymous one."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken, set_token_value
+
+    from tenants.models import Application
+
+    raw = secrets.token_urlsafe(24)
+    token = AccessToken(
+        application=Application.objects.filter(tenant__slug="demo").order_by("pk").first(),
+        scope="a2a:invoke a2a:read",
+        expires=timezone.now() + timedelta(hours=1),
+    )
+    set_token_value(token, raw)
+    token.save()
+    return raw
+
+
+def test_each_caller_names_its_tasks_in_a_space_of_its_own(server, stored):
+    """An id another caller of the agent took is no error: that would tell its task exists."""
+    task_id = unique("draft-caller")
+    post(server, "tasks/send", text_send(task_id, "anonymous's"))
+    body = {"jsonrpc": "2.0", "id": "req-1", "method": "tasks/send", "params": text_send(task_id, "client's")}
+    headers = {"Authorization": f"Bearer {_token_of_the_demo_client()}"}
+    theirs = httpx.post(server.agent_url("echo"), json=body, headers=headers, timeout=30).json()
+    assert theirs["result"]["id"] == task_id, theirs
+    assert "client's" in theirs["result"]["artifacts"][0]["parts"][0]["text"]
+    ours = post(server, "tasks/get", {"id": task_id})["result"]
+    assert "anonymous's" in ours["artifacts"][0]["parts"][0]["text"]
+    assert Task.objects.filter(draft_alias__client_task_id=task_id).count() == 2
 
 
 def test_another_tenants_agent_cannot_see_or_take_over_the_task(server, stored):

@@ -151,7 +151,9 @@ def find_task(caller, task_id: str) -> Task | None:
     Loads the task's draft id too, so draft_id() needs no query (callers are async).
     """
     check_text(task_id, "id")
-    alias = DraftTaskAlias.objects.filter(task__in=tasks_visible_to(caller), client_task_id=task_id).first()
+    # The caller's own first: an operator sees every caller's tasks, and two may share an id.
+    aliases = DraftTaskAlias.objects.filter(task__in=tasks_visible_to(caller), client_task_id=task_id)
+    alias = aliases.filter(owner=caller.principal).first() or aliases.first()
     task = get_task_for_caller(caller, str(alias.task_id) if alias else task_id)
     if task is not None:
         draft_id(task)

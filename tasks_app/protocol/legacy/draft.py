@@ -48,7 +48,7 @@ ERROR_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, -32001, -32002,
 def _send_as(client_task_id: str):
     """message_send for a new task named by the client: the task and its alias commit together.
 
-    An id another task of this agent holds raises IntegrityError, and nothing is stored.
+    An id another task of this caller's holds raises IntegrityError, and nothing is stored.
     """
 
     def send(caller, request, **options):
@@ -57,7 +57,10 @@ def _send_as(client_task_id: str):
             outcome = message_send(caller, request, reply_as_message=False, **options)
             if not outcome.duplicate:
                 DraftTaskAlias.objects.create(
-                    task=outcome.task, agent=caller.agent, client_task_id=client_task_id
+                    task=outcome.task,
+                    agent=caller.agent,
+                    owner=outcome.task.owner,
+                    client_task_id=client_task_id,
                 )
         return outcome
 
@@ -84,7 +87,7 @@ async def _send(ex: Exchange, streaming: bool):
     try:
         result = await run(method, call, send.request, **options)
     except IntegrityError:
-        # Another caller of this agent holds that id (or a concurrent send took it).
+        # A concurrent send of this caller took that id first.
         raise InvalidParamsError(message=f"Task id '{send.task_id}' cannot be used; choose another") from None
     if streaming:
         known = await db(artifact_ids, task.pk) if task is not None else []

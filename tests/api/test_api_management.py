@@ -147,7 +147,8 @@ def _set_state(task_id: str, state: str) -> None:
 
 
 def test_operator_answers_grants_denies_and_cancels_tasks_and_each_is_audited(trio):
-    bob = trio.token("acme", user="bob")
+    # Deciding auth-required tasks takes a2a:approve on a token, as over A2A.
+    bob = trio.token("acme", [*tenancy.ALL_SCOPES, "a2a:approve"], user="bob")
     task_id = _waiting_task(trio)
     assert call(trio, "POST", "acme", f"tasks/{task_id}/answer/", bob, {"text": "42"}).status_code == 409
     _set_state(task_id, "input-required")

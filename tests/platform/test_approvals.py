@@ -126,10 +126,19 @@ def test_a_client_without_a2a_approve_cannot_even_see_anothers_request(trio):
     assert a2a(trio, token, "SendMessage", reply(task["id"], "approve"))["error"]["code"] == -32001
 
 
+# A person's token that decides auth-required tasks through the management API.
+APPROVER_SCOPES = [*tenancy.ALL_SCOPES, "a2a:approve"]
+
+
 def test_an_operators_grant_through_the_api_completes_it_and_is_audited(trio, gate):
     requester = trio.token("acme", ["a2a:invoke", "a2a:read"])
     task = waiting(trio, requester)
-    bob = trio.token("acme", user="bob")
+    # A token of bob's with the task scope alone may read the task, not decide it.
+    reader = trio.token("acme", ["tasks:read"], user="bob")
+    refused = api(trio, "POST", f"tasks/{task['id']}/grant/", reader)
+    assert refused.status_code == 403 and "a2a:approve" in refused.json()["detail"]
+    assert api(trio, "GET", f"tasks/{task['id']}/", reader).status_code == 200
+    bob = trio.token("acme", APPROVER_SCOPES, user="bob")
     granted = api(trio, "POST", f"tasks/{task['id']}/grant/", bob)
     assert granted.status_code == 200, granted.text
     done = settled(trio, requester, task["id"])
@@ -150,7 +159,7 @@ def test_an_operator_cannot_approve_their_own_request(trio):
     still = a2a(trio, bob, "SendMessage", reply(task["id"], "approve"))["result"]["task"]
     assert still["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
     # Someone else with the right can.
-    alice = trio.token("acme", user="alice")
+    alice = trio.token("acme", APPROVER_SCOPES, user="alice")
     assert api(trio, "POST", f"tasks/{task['id']}/grant/", alice).status_code == 200
     done = settled(trio, bob, task["id"])
     assert artifact_text(done) == f'Approved by alice: "{REQUEST}" was carried out.'

@@ -1,10 +1,11 @@
 from drf_spectacular.utils import extend_schema
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
 from a2a_platform.api.access import TASKS_READ_SCOPE
 from a2a_platform.api.serializers import TaskAnswerInput, TaskDetailOutput, TaskListQuery, TaskOutput
 from a2a_platform.api.views.base import TenantView
+from agents.approvals import APPROVE_SCOPE
 from tasks_app.access import get_task_for_tenant
 from tasks_app.models import Task
 from tasks_app.operator import operator_answer, operator_authorize, operator_cancel
@@ -83,7 +84,11 @@ class TaskGrantView(TaskView):
         request=None, responses={200: TaskDetailOutput, 409: None}, summary="Grant an auth-required task"
     )
     def post(self, request, tenant, task_id):
-        task = self.get_task(task_id)
+        task = self.get_task(task_id)  # first: another tenant's task is missing, whatever the token
+        if self.admin.scopes is not None and APPROVE_SCOPE not in self.admin.scopes:
+            # As over A2A: a person's token decides only with the scope (and the role) for it,
+            # so a program given a read-only token cannot approve in that person's name.
+            raise PermissionDenied(f"Deciding an auth-required task needs a token with '{APPROVE_SCOPE}'")
         operator_authorize(task, self.admin.user, granted=self.granted)
         return self.detail(task)
 

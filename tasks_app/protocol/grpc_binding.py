@@ -116,7 +116,7 @@ class PendingCall(Pending):
     version: str
     authorization: str
     peer: str
-    idempotency_key: str
+    idempotency_key: str  # as sent: judged once the caller is
     base_url: str
 
     def resolve_for(self, agent: Agent | None) -> Call:
@@ -129,9 +129,10 @@ class PendingCall(Pending):
             caller = authorization_caller(self.authorization, agent, self.method, uri=uri)
         except CALLER_REFUSED as exc:
             raise Refused(exc, agent) from None
+        key = idempotency_key_value(self.idempotency_key)
         # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
         quota_check(caller, self.method, self.peer)
-        return Call(caller=caller, base_url=self.base_url, idempotency_key=self.idempotency_key)
+        return Call(caller=caller, base_url=self.base_url, idempotency_key=key)
 
 
 class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
@@ -164,7 +165,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             version=metadata.get("a2a-version", "").strip(),
             authorization=metadata.get("authorization", ""),
             peer=_peer_address(context),
-            idempotency_key=idempotency_key_value(key),
+            idempotency_key=key,
             base_url=self.base_url,
         )
         # The operations check `tenant` against the caller's tenant, as on the HTTP bindings.

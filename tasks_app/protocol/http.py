@@ -88,12 +88,13 @@ async def call_for(request, agent: Agent, method: str) -> Call:
     Raises one of CALLER_REFUSED if the caller may not call, and QuotaExceeded
     if the tenant's quotas refuse it (before the operation stores anything).
     """
-    key = idempotency_key(request) if method in SEND_METHODS else ""
     if request.headers.get("Authorization") or settings.SESSION_COOKIE_NAME in request.COOKIES:
         caller = await db(resolve_caller, request, agent, method)
     else:
         # No token and no session: nothing to look up, so no trip to a database thread.
         caller = resolve_caller(request, agent, method)
+    # Judged after the caller: one who may not call hears that first, whatever the request says.
+    key = idempotency_key(request) if method in SEND_METHODS else ""
     # REMOTE_ADDR is the peer Daphne saw; behind a proxy, run Daphne with --proxy-headers.
     await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""))
     return _call(request, caller, key)
@@ -171,11 +172,11 @@ class PendingCall(Pending):
         if agent is None:
             raise NoAgent()
         request, method = self.request, self.method
-        key = idempotency_key(request) if method in SEND_METHODS else ""
         try:
             caller = resolve_caller(request, agent, method)
         except CALLER_REFUSED as exc:
             raise CallerRefused(agent, exc) from None
+        key = idempotency_key(request) if method in SEND_METHODS else ""
         quota_check(caller, method, request.META.get("REMOTE_ADDR", ""))
         return _call(request, caller, key)
 

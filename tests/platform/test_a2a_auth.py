@@ -88,6 +88,17 @@ def test_a_token_is_judged_whatever_the_query_of_the_url(trio, query):
     assert rest_answer.status_code == 200, rest_answer.text
 
 
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+def test_the_caller_is_refused_before_its_idempotency_key_is_judged(trio, method):
+    body = {"jsonrpc": "2.0", "id": "req-1", "method": method, "params": new_message()}
+    sent = {"A2A-Version": "1.0", "Idempotency-Key": "a b"}
+    answer = httpx.post(f"{trio.base_url}/a2a/acme/vault/", json=body, headers=sent, timeout=30)
+    assert answer.status_code == 401, answer.text
+    with_token = {**sent, **trio.auth(trio.token("acme"))}
+    answer = httpx.post(f"{trio.base_url}/a2a/acme/vault/", json=body, headers=with_token, timeout=30)
+    assert answer.status_code == 200 and answer.json()["error"]["code"] == -32602
+
+
 def test_expired_token_is_refused_with_401(trio):
     expired = trio.token("acme", expires_in=-5)
     answer = jsonrpc(trio, "acme", "vault", "ListTasks", {}, expired)

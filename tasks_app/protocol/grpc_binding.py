@@ -23,6 +23,7 @@ from a2a.utils.grpc_status import status_to_grpc
 from django.conf import settings
 from google.protobuf import empty_pb2
 from google.protobuf.json_format import ParseDict
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, status_pb2
 
 from agents.cards import agent_url
@@ -274,6 +275,46 @@ async def _abort(context, status: status_pb2.Status, trailer: tuple) -> None:
     await context.abort(code, details, trailing_metadata=(*rich_trailer, *trailer))
 
 
+class _UnreadableRequests(grpc.aio.ServerInterceptor):
+    """A request whose bytes are no message of its type is INVALID_ARGUMENT, not UNKNOWN.
+
+    The generated handlers decode the request before any code of ours runs, and
+    grpc answers their DecodeError (bad UTF-8 in a string field, a truncated
+    message) with UNKNOWN. Here the unary-request handlers take the bytes and
+    decode them themselves.
+    """
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+
+        async def request_of(raw: bytes, context):
+            try:
+                return decode(raw)
+            except DecodeError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"The request cannot be read: {exc}")
+
+        if handler.response_streaming:
+            stream = handler.unary_stream
+
+            async def unary_stream(raw, context):
+                async for response in stream(await request_of(raw, context), context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, response_serializer=handler.response_serializer
+            )
+        unary = handler.unary_unary
+
+        async def unary_unary(raw, context):
+            return await unary(await request_of(raw, context), context)
+
+        serialize = handler.response_serializer
+        return grpc.unary_unary_rpc_method_handler(unary_unary, response_serializer=serialize)
+
+
 def grpc_server(base_url: str) -> grpc.aio.Server:
     """A grpc.aio server with the A2AService and reflection (for grpcurl); the caller adds ports.
 
@@ -286,7 +327,7 @@ def grpc_server(base_url: str) -> grpc.aio.Server:
     # grpc binds with SO_REUSEPORT by default: a second platform on the same port would
     # silently take half of the connections instead of failing to start.
     options.append(("grpc.so_reuseport", 0))
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=[_UnreadableRequests()])
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AServicer(base_url), server)
     reflection.enable_server_reflection([SERVICE_NAME, reflection.SERVICE_NAME], server)
     return server

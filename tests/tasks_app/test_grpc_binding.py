@@ -253,6 +253,27 @@ async def test_bad_requests_get_their_status_codes(server):
     assert page.code() == grpc.StatusCode.INVALID_ARGUMENT and "pageSize" in page.details()
 
 
+@pytest.mark.parametrize("method", ["GetTask", "SendStreamingMessage"])
+async def test_request_bytes_that_are_no_message_are_invalid_argument(server, method):
+    bad_utf8 = b"\x0a\x01\xff"  # field 1 (a string) holding the byte 0xff
+    async with grpc.aio.insecure_channel(server.grpc_target) as channel:
+        for raw in (bad_utf8, b"\xff\xff\xff"):
+            path = f"/lf.a2a.v1.A2AService/{method}"
+            if method == "GetTask":
+                call = channel.unary_unary(path)(raw, metadata=[("a2a-version", "1.0")])
+            else:
+                call = channel.unary_stream(path)(raw, metadata=[("a2a-version", "1.0")])
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                if method == "GetTask":
+                    await call
+                else:
+                    [event async for event in call]
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    # Readable requests still reach the service.
+    missing = await rpc_error(server, "GetTask", pb.GetTaskRequest(tenant="demo/echo", id=str(uuid.uuid4())))
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+
+
 async def test_a_message_to_a_terminal_task_is_unsupported(server):
     client = await grpc_client(server.agent_url("echo"), streaming=False)
     try:

@@ -97,6 +97,12 @@ def test_rest_errors_are_google_rpc_status_with_reasons(server):
     assert no_parts.status_code == 400 and error_reason(no_parts) == "INVALID_PARAMS"
     assert httpx.delete(rest(server, "message:send"), headers=HEADERS).status_code == 405
     assert httpx.get(rest(server, "no/such/thing"), headers=HEADERS).status_code == 404
+    # An empty path, and names no agent has (as JSON-RPC's route takes them): JSON, not Django's page.
+    base = server.agent_url("echo").split("/a2a/")[0]
+    for url in (rest(server, ""), f"{base}/a2a/Demo_X/echo/rest/tasks", f"{base}/a2a/demo/Echo_2/rest/tasks"):
+        answer = httpx.get(url, headers=HEADERS)
+        assert answer.status_code == 404, url
+        assert answer.headers["content-type"].startswith("application/json"), (url, answer.text[:200])
 
 
 def test_rest_list_tasks_reads_filters_from_the_query(server):

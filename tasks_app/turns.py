@@ -508,10 +508,15 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
 
 def _restart(turn: Turn) -> bool:
     """Undo what a lost attempt of this turn wrote to its task, and log that the turn starts over."""
+    restart_id = f"restart-{turn.message_pk}-{turn.attempt}"
     with transaction.atomic():
         task = lock_task(turn.task_pk)
         if not owned_turn(turn).exists() or task.is_terminal:
             return False
+        if Message.objects.filter(task=task, message_id=restart_id).exists():
+            # Done already: a try whose COMMIT went through as the database went away
+            # (_retrying tries again). Undone again, its own status would be logged twice.
+            return True
         # What the lost attempt said: every agent message after the turn's own.
         later = Message.objects.filter(task=task, role=Message.Role.AGENT, pk__gt=turn.message_pk)
         if task.status_message_id is not None and later.filter(pk=task.status_message_id).exists():
@@ -535,7 +540,7 @@ def _restart(turn: Turn) -> bool:
                 status=pb.TaskStatus(
                     state=pb.TASK_STATE_WORKING,
                     message=pb.Message(
-                        message_id=f"restart-{turn.message_pk}-{turn.attempt}",
+                        message_id=restart_id,
                         role=pb.ROLE_AGENT,
                         parts=[pb.Part(text=text)],
                     ),

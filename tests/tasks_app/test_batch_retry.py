@@ -103,3 +103,17 @@ def test_a_batch_is_known_by_its_first_entry_not_by_its_place_alone(claimed_turn
     assert turns.events_store(turn, _progress(turn.task_pk), view, written) == "working"
 
     assert _stored(turn.task_pk) == (4, 3, 1)
+
+
+def test_a_restart_tried_again_after_its_commit_went_through_is_logged_once(claimed_turn):
+    turn, view = claimed_turn
+    # Attempt 1 stored a batch, then its worker was lost; attempt 2 holds the turn now.
+    assert turns.events_store(turn, _progress(turn.task_pk), view, turns._Written()) == "working"
+    Message.objects.filter(pk=turn.message_pk).update(turn_attempts=2)
+    second = turns.Turn(task_pk=turn.task_pk, message_pk=turn.message_pk, attempt=2, timeout=60.0)
+
+    assert turns._restart(second) is True
+    once = _stored(turn.task_pk)
+    assert turns._restart(second) is True  # the answer to its COMMIT was lost: tried again
+
+    assert _stored(turn.task_pk) == once == (3, 2, 0)  # the restart's status; attempt 1's undone

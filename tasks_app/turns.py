@@ -385,6 +385,14 @@ class TaskView:
     messages: list[Message]
     artifacts: list[Artifact]
 
+    @classmethod
+    def of(cls, task: Task) -> "TaskView":
+        """The task's messages and artifacts as stored now (two queries)."""
+        return cls(
+            messages=list(task.messages.order_by("created_at", "pk")),
+            artifacts=list(task.artifacts.order_by("created_at", "pk")),
+        )
+
     def message(self, pk: int) -> Message | None:
         return next((m for m in self.messages if m.pk == pk), None)
 
@@ -450,10 +458,7 @@ def _load(task_pk, message_pk: int, *, claim: _Claim | None = None) -> tuple[Tas
         # costs one statement instead of three.
         view = TaskView(messages=[user_message], artifacts=[])
     else:
-        view = TaskView(
-            messages=list(task.messages.order_by("created_at", "pk")),
-            artifacts=list(task.artifacts.order_by("created_at", "pk")),
-        )
+        view = TaskView.of(task)
         user_message = view.message(message_pk)
     view.attach_status_message(task)
     return task, view, user_message
@@ -561,9 +566,8 @@ def _cancel_context(task_pk) -> RequestContext:
 
 
 def _snapshot(task: Task) -> dict:
-    messages = list(task.messages.order_by("created_at", "pk"))
-    artifacts = list(task.artifacts.order_by("created_at", "pk"))
-    return task_dict(task, messages=messages, artifacts=artifacts)
+    view = TaskView.of(task)
+    return task_dict(task, messages=view.messages, artifacts=view.artifacts)
 
 
 def _request_context(
@@ -720,6 +724,7 @@ class _Written:
 
     seq: int | None = None
     payload: dict | None = None
+    state: str | None = None  # the task's state after the batch
 
     def stored(self, task: Task) -> bool:
         if self.seq is None or task.event_seq < self.seq:
@@ -746,9 +751,11 @@ def events_store(
     with transaction.atomic():
         task = lock_task(turn.task_pk)
         if written is not None and written.stored(task):
+            if task.is_terminal and task.state != written.state:
+                return None  # ended since, by another (a cancel): as any batch finds it then
             if view is not None:
-                view.messages = list(task.messages.order_by("created_at", "pk"))
-                view.artifacts = list(task.artifacts.order_by("created_at", "pk"))
+                stored = TaskView.of(task)
+                view.messages, view.artifacts = stored.messages, stored.artifacts
             return task.state
         if task.is_terminal:
             return None
@@ -758,7 +765,7 @@ def events_store(
         for event in batch:
             writer.apply(event)
         if written is not None and writer.entries:
-            written.seq, written.payload = task.event_seq + 1, writer.entries[0][1]
+            written.seq, written.payload, written.state = task.event_seq + 1, writer.entries[0][1], task.state
         # The batch renews the turn's lease too (a turn that stores events is alive),
         # and closes the turn when it settles the task: in the statement of its rows.
         if not writer.commit(owned=_owned_turn_statement(turn, done=task.state in SETTLED_STATES)):

@@ -64,9 +64,8 @@ def _has_nul(request) -> bool:
     PostgreSQL stores no NUL in text or JSON: a filter, an id or an answer
     holding one would fail in the database (a 500) instead of being refused.
     """
-    values = [request.path, *request.GET.keys(), *(v for _, vs in request.GET.lists() for v in vs)]
-    if request.method == "POST":
-        values += [*request.POST.keys(), *(v for _, vs in request.POST.lists() for v in vs)]
+    sent = [request.GET, request.POST] if request.method == "POST" else [request.GET]
+    values = [request.path, *(text for data in sent for key, vs in data.lists() for text in (key, *vs))]
     return any("\x00" in value for value in values)
 
 

@@ -11,6 +11,7 @@ Three kinds of callers, checked in this order:
 """
 
 from a2a.utils.errors import InvalidParamsError
+from django.utils.encoding import escape_uri_path
 from rest_framework.authentication import CSRFCheck
 
 from agents.approvals import APPROVE_SCOPE
@@ -163,7 +164,8 @@ def resolve_caller(request, agent: Agent, method: str) -> Caller:
             return caller
     # The resource a token is checked against (RFC 8707) is the endpoint, not its query: oauthlib
     # decodes the query, and refuses one with "[" or a bad %-escape with a ValueError.
-    return authorization_caller(authorization, agent, method, uri=request.build_absolute_uri(request.path))
+    uri = request.build_absolute_uri(escape_uri_path(request.path))  # as sent: "%3F" stays no "?"
+    return authorization_caller(authorization, agent, method, uri=uri)
 
 
 def authorization_caller(authorization: str, agent: Agent, method: str, *, uri: str) -> Caller:

@@ -139,10 +139,45 @@ def test_a_deactivated_persons_tokens_stop_working_at_once(trio):
     dave.save(update_fields=["is_active"])
     try:
         assert answers() == (401, 401)
+        # Nor can a refresh token of dave's get a new one.
+        refreshed = _refresh(trio, _refresh_token_of(trio, "dave"))
+        assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
     finally:
         dave.is_active = True
         dave.save(update_fields=["is_active"])
     assert answers() == (200, 200)
+    assert _refresh(trio, _refresh_token_of(trio, "dave")).status_code == 200
+
+
+def _refresh_token_of(trio, username: str) -> str:
+    """A refresh token of the tenant's interactive client for `username`, as DOT stores one."""
+    import secrets
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken, RefreshToken, set_token_value
+
+    from tenants.models import Application
+
+    client = Application.objects.get(client_id=trio.clients["acme-interactive"].client_id)
+    expires = timezone.now() + timedelta(hours=1)
+    access = AccessToken(application=client, user=trio.users[username], scope="tasks:read", expires=expires)
+    set_token_value(access, secrets.token_urlsafe(24))
+    access.save()
+    raw = secrets.token_urlsafe(24)
+    refresh = RefreshToken(application=client, user=trio.users[username], access_token=access)
+    set_token_value(refresh, raw)
+    refresh.save()
+    return raw
+
+
+def _refresh(trio, refresh_token: str) -> httpx.Response:
+    data = {
+        "grant_type": "refresh_token",
+        "refresh_token": refresh_token,
+        "client_id": trio.clients["acme-interactive"].client_id,
+    }
+    return httpx.post(f"{trio.base_url}/o/token/", data=data, timeout=30)
 
 
 @pytest.fixture

@@ -86,6 +86,13 @@ def test_a_token_is_judged_whatever_the_query_of_the_url(trio, query):
         timeout=30,
     )
     assert rest_answer.status_code == 200, rest_answer.text
+    # The same characters escaped in the path are part of it, not a query: a missing task, not a 401.
+    missing = httpx.get(
+        f"{trio.base_url}/a2a/acme/vault/rest/tasks/x%3F%5B%25zz",
+        headers={"A2A-Version": "1.0", **trio.auth(trio.token("acme"))},
+        timeout=30,
+    )
+    assert missing.status_code == 404, missing.text
 
 
 @pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])

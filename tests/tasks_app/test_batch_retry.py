@@ -94,6 +94,19 @@ def test_a_batch_tried_again_after_its_commit_went_through_is_stored_once(claime
     assert _stored(turn.task_pk) == (3, 3, 1)
 
 
+def test_a_batch_found_stored_in_a_task_canceled_since_ends_the_turn_as_canceled(claimed_turn):
+    turn, view = claimed_turn
+    batch = _progress(turn.task_pk)
+    written = turns._Written()
+    assert turns.events_store(turn, batch, view, written) == "working"
+    Task.objects.filter(pk=turn.task_pk).update(state="canceled")  # CancelTask, after that commit
+
+    # Tried again: stored, but the task is canceled now. As for any batch that finds it so, the
+    # turn may write no more, and goes on to close and give the agent its cancel().
+    assert turns.events_store(turn, batch, view, written) is None
+    assert _stored(turn.task_pk) == (2, 2, 1)
+
+
 def test_a_batch_is_known_by_its_first_entry_not_by_its_place_alone(claimed_turn):
     turn, view = claimed_turn
     assert turns.events_store(turn, _progress(turn.task_pk), view, turns._Written()) == "working"

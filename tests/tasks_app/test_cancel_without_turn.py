@@ -127,7 +127,8 @@ def test_a_cancel_that_swallows_its_cancellation_is_abandoned_at_its_time_limit(
 
     with caplog.at_level("INFO", logger="tasks_app.turns"):
         # On the engine loop, as agent_cancel runs it: a long-lived loop, where the
-        # abandoned cancel() stays behind (asyncio.run would wait for it at its end).
+        # abandoned cancel() stays behind, asleep, for the rest of the session (asyncio.run
+        # would wait for it at its end).
         giving = engine.submit(_cancel_agent(task["id"], SwallowingExecutor(), timeout=0.5))
         try:
             giving.result(timeout=10)
@@ -195,7 +196,7 @@ def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(
     # CancelTask sees that turn running, and leaves the agent's cancel() to it.
     _cancel(rpc, agent, task)
     given = []
-    monkeypatch.setattr(turns, "agent_cancel_dispatch", given.append, raising=False)
+    monkeypatch.setattr(turns, "agent_cancel_dispatch", given.append)
 
     assert turns._prepare(task["id"], claimed.pk) is None  # nothing to run: the task is canceled
 

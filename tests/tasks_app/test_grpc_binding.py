@@ -143,6 +143,14 @@ async def test_no_token_on_an_authenticated_agent_is_unauthenticated(trio, serve
         await client.close()
 
 
+async def test_no_token_is_unauthenticated_before_a_bad_idempotency_key_is_judged(trio, server):
+    request = user_text("hi")
+    request.tenant = "acme/vault"
+    sent = [("a2a-version", "1.0"), ("idempotency-key", "a b")]
+    error = await rpc_error(server, "SendMessage", request, metadata=sent)
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
 async def test_another_tenants_token_is_an_invalid_token_and_a_missing_scope_is_denied(server, tokens):
     request = pb.ListTasksRequest(tenant="acme/vault")
     for token in (tokens["globex"], "not-a-token"):

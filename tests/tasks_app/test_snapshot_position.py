@@ -18,7 +18,7 @@ from tasks_app import selectors
 from tasks_app.models import Context, Task
 
 
-def test_a_batch_committed_between_the_reads_is_in_neither(stored, monkeypatch):
+def test_a_batch_committed_between_the_reads_comes_after_the_snapshot_not_in_it(stored, monkeypatch):
     agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
     context = Context.objects.create(tenant=agent.tenant, context_id=f"position-{uuid.uuid4()}")
     task = Task.objects.create(

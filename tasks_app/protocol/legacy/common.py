@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError, InvalidParamsError
+from django.db.models import Case, When
 from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 
@@ -152,8 +153,11 @@ def find_task(caller, task_id: str) -> Task | None:
     """
     check_text(task_id, "id")
     # The caller's own first: an operator sees every caller's tasks, and two may share an id.
-    aliases = DraftTaskAlias.objects.filter(task__in=tasks_visible_to(caller), client_task_id=task_id)
-    alias = aliases.filter(owner=caller.principal).first() or aliases.first()
+    alias = (
+        DraftTaskAlias.objects.filter(task__in=tasks_visible_to(caller), client_task_id=task_id)
+        .order_by(Case(When(owner=caller.principal, then=0), default=1))
+        .first()
+    )
     task = get_task_for_caller(caller, str(alias.task_id) if alias else task_id)
     if task is not None:
         draft_id(task)

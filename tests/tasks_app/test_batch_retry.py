@@ -7,15 +7,13 @@ messages and its artifacts a second time.
 """
 
 import uuid
-from datetime import timedelta
 
 import pytest
 from a2a.types import a2a_pb2 as pb
-from django.utils import timezone
 
-from agents.models import Agent
 from tasks_app import turns
-from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
+from tasks_app.models import Artifact, Message, Task, TaskEvent
+from tests.tasks_app.turn_rows import running_turn
 
 
 @pytest.fixture
@@ -30,22 +28,7 @@ def claimed_turn(stored):
 
 
 def _claimed_turn() -> tuple[turns.Turn, turns.TaskView]:
-    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
-    context = Context.objects.create(tenant=agent.tenant, context_id=f"retry-{uuid.uuid4()}")
-    task = Task.objects.create(
-        tenant=agent.tenant, agent=agent, context=context, owner="anonymous", status_timestamp=timezone.now()
-    )
-    message = Message.objects.create(
-        tenant=agent.tenant,
-        task=task,
-        context=context,
-        message_id=f"m-{uuid.uuid4()}",
-        role=Message.Role.USER,
-        parts=[{"text": "hello"}],
-        turn=Message.Turn.RUNNING,
-        turn_attempts=1,
-        lease_until=timezone.now() + timedelta(seconds=60),
-    )
+    task, message = running_turn(attempts=1, lease_seconds=60, state="submitted")
     turn = turns.Turn(task_pk=str(task.pk), message_pk=message.pk, attempt=1, timeout=60.0)
     return turn, turns.TaskView(messages=[message], artifacts=[])
 

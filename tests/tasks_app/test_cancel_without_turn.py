@@ -176,22 +176,31 @@ def _first_turn_closed(task: dict) -> Task:
     return Task.objects.select_related("tenant", "context").get(pk=task["id"])
 
 
-def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(rpc, stored, monkeypatch):
-    agent = _agent("clarify-raced", "clarify")
-    task = _waiting_task(rpc, agent, "Book the band")
-    waiting = _first_turn_closed(task)
-    # The answer's turn, just claimed by a worker that has not read the task yet.
-    claimed = Message.objects.create(
+def _answer(waiting: Task, text: str, **turn) -> Message:
+    """The caller's answer to a waiting task, stored as the accept stores it, with its turn as given."""
+    return Message.objects.create(
         tenant=waiting.tenant,
         task=waiting,
         context=waiting.context,
         message_id=new_id(),
         role=Message.Role.USER,
-        parts=[{"text": "A jazz trio"}],
+        parts=[{"text": text}],
+        sender=waiting.owner,
+        **turn,
+    )
+
+
+def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(rpc, stored, monkeypatch):
+    agent = _agent("clarify-raced", "clarify")
+    task = _waiting_task(rpc, agent, "Book the band")
+    waiting = _first_turn_closed(task)
+    # The answer's turn, just claimed by a worker that has not read the task yet.
+    claimed = _answer(
+        waiting,
+        "A jazz trio",
         turn=Message.Turn.RUNNING,
         turn_attempts=1,
         lease_until=timezone.now() + timedelta(seconds=60),
-        sender=waiting.owner,
     )
     # CancelTask sees that turn running, and leaves the agent's cancel() to it.
     _cancel(rpc, agent, task)
@@ -212,16 +221,7 @@ def test_a_queued_turn_of_a_canceled_task_never_starts(rpc, stored):
     waiting = _first_turn_closed(task)
     # The answer was accepted but its turn never reached a worker (a broker
     # outage: the sweeper would re-dispatch it later), as message_send leaves it.
-    queued = Message.objects.create(
-        tenant=waiting.tenant,
-        task=waiting,
-        context=waiting.context,
-        message_id=new_id(),
-        role=Message.Role.USER,
-        parts=[{"text": "Forty guests"}],
-        turn=Message.Turn.PENDING,
-        sender=waiting.owner,
-    )
+    queued = _answer(waiting, "Forty guests", turn=Message.Turn.PENDING)
     Task.objects.filter(pk=waiting.pk).update(state="submitted")
 
     _cancel(rpc, agent, task)

@@ -6,34 +6,16 @@ with real processes.
 """
 
 import uuid
-from datetime import timedelta
 
 from django.conf import settings
-from django.utils import timezone
 
-from agents.models import Agent
-from tasks_app.models import Context, Message, Task, TaskEvent, TaskState
+from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.sweeper import turn_sweep
+from tests.tasks_app.turn_rows import running_turn
 
 
 def _lost_turn(*, attempts: int, state: str = TaskState.WORKING) -> tuple[Task, Message]:
-    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
-    context = Context.objects.create(tenant=agent.tenant, context_id=f"swept-{uuid.uuid4()}")
-    task = Task.objects.create(
-        tenant=agent.tenant, agent=agent, context=context, state=state, status_timestamp=timezone.now()
-    )
-    message = Message.objects.create(
-        tenant=agent.tenant,
-        task=task,
-        context=context,
-        message_id=f"swept-{uuid.uuid4()}",
-        role=Message.Role.USER,
-        parts=[{"text": "work"}],
-        turn=Message.Turn.RUNNING,
-        turn_attempts=attempts,
-        lease_until=timezone.now() - timedelta(seconds=1),
-    )
-    return task, message
+    return running_turn(attempts=attempts, lease_seconds=-1, state=state)
 
 
 def test_a_turn_lost_on_its_last_attempt_fails_its_task_saying_why(stored):

@@ -68,22 +68,42 @@ def send_answer(task_pk, *, history_length: int | None = None) -> dict:
     return {"task": _snapshot(task, history_length=history_length)}
 
 
+# Reads of a snapshot between two looks at the log's position before send_answer_at gives up
+# on a task that writes faster than it is read, and reads it in a transaction of its own.
+SNAPSHOT_TRIES = 3
+
+
 def send_answer_at(task_pk) -> tuple[int, dict]:
     """send_answer() and the log position it reflects (the task's event_seq), both as of one moment.
 
     A stream starts with this snapshot and goes on with the log after that
     position. Read apart, a batch committed in between would be in the
     snapshot and again in the log after it: an artifact chunk appended twice.
-    So one transaction that sees one state: REPEATABLE READ on PostgreSQL (a
-    read-only one never fails to serialize); a SQLite transaction reads one
-    state of the database anyway.
+    Every change a reader sees comes with a log entry, which moves event_seq:
+    so the position is read before and after the snapshot, and the two agree
+    when no batch committed in between (one statement more). No transaction:
+    on SQLite every one of them takes the writers' lock (IMMEDIATE).
     """
+    position = _log_position(task_pk)
+    for _ in range(SNAPSHOT_TRIES):
+        answer = send_answer(task_pk)
+        after = _log_position(task_pk)
+        if after == position:
+            return position, answer
+        position = after
+    # One transaction that sees one state: REPEATABLE READ on PostgreSQL (a read-only one never
+    # fails to serialize), which is only set as a transaction's first statement; a SQLite
+    # transaction reads one state of the database anyway.
+    isolate = connection.vendor == "postgresql" and not connection.in_atomic_block
     with transaction.atomic():
-        if connection.vendor == "postgresql":
+        if isolate:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        seq = Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
-        return seq, send_answer(task_pk)
+        return _log_position(task_pk), send_answer(task_pk)
+
+
+def _log_position(task_pk) -> int:
+    return Task.objects.values_list("event_seq", flat=True).get(pk=task_pk)
 
 
 def reply_dict(task: Task) -> dict:

@@ -24,10 +24,10 @@ from agents.models import Agent
 from agents.registry import build_executor
 from tasks_app.access import Caller, get_task_and_artifacts_for_caller
 from tasks_app.events import _state_and_events_after
-from tasks_app.models import Artifact, Message, Task
+from tasks_app.models import Artifact, Context, Message, Task
 from tasks_app.protocol.http import NoAgent, PendingCall
 from tasks_app.protocol.operations import _get_task
-from tasks_app.selectors import task_snapshot
+from tasks_app.selectors import send_answer_at, task_snapshot
 from tasks_app.services import message_send, task_answer
 from tasks_app.turns import _Claim, _claim_and_prepare, _prepare, events_store, turn_claim
 
@@ -55,6 +55,9 @@ GET_MAX = 2
 GET_THROUGH_A_BINDING = {"postgresql": 1, "sqlite": 2}
 # A stream's or a waiting caller's look at the log: the task's state with its events after a point.
 LOG_READ_MAX = 1
+# The Task a SubscribeToTask (or a follow-up's stream) starts with, and its log position: the
+# position, the task, its page of history, its artifacts, the position again (no batch between).
+STREAM_START = 5
 
 
 class Rollback(Exception):
@@ -377,6 +380,24 @@ def test_a_look_at_the_log_is_one_statement(stored):
         assert _state_and_events_after(uuid.uuid4(), 0) == (None, [])
 
     _in_rollback(work)
+
+
+def test_a_streams_first_task_is_read_in_a_fixed_number_of_statements(stored):
+    caller = _caller()
+    context = Context.objects.create(tenant=caller.tenant, context_id=f"counted-{uuid.uuid4()}")
+    # Stored as the accept leaves it, without the accept's dispatch: a transaction of its own follows.
+    task = Task.objects.create(
+        tenant=caller.tenant,
+        agent=caller.agent,
+        context=context,
+        owner=caller.principal,
+        status_timestamp=timezone.now(),
+        event_seq=1,
+    )
+    with CaptureQueriesContext(connection) as queries:
+        seq, answer = send_answer_at(task.pk)
+    assert len(_statements(queries)) == STREAM_START, _statements(queries)
+    assert seq == 1 and answer["task"]["id"] == str(task.pk)
 
 
 def test_get_task_through_a_binding_reads_the_agent_with_the_task(stored):

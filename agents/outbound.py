@@ -49,8 +49,10 @@ class Target:
 
 
 def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # judged as the IPv4 address it carries
+    if isinstance(ip, ipaddress.IPv6Address):
+        # Judged as the IPv4 address it carries: ::ffff:127.0.0.1, and the 6to4 form
+        # 2002:7f00:1:: (routed to 127.0.0.1 where a host has a 6to4 route).
+        ip = ip.ipv4_mapped or ip.sixtofour or ip
     if ip in METADATA_ADDRESSES:
         return "a cloud metadata address"
     if ip.is_unspecified:
@@ -90,11 +92,12 @@ class Screen:
 def _parsed(url: str, screen: Screen) -> httpx.URL:
     try:
         parsed = httpx.URL(url)
+        host = parsed.host  # decodes punycode: "xn--a.com" raises idna's error (a UnicodeError)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
         raise UrlRefused(f"'{url}' is not a valid URL ({exc})") from None
     if parsed.scheme not in ("http", "https"):
         raise UrlRefused(f"the scheme must be http or https, not '{parsed.scheme}'")
-    if not parsed.host:
+    if not host:
         raise UrlRefused("the URL has no host")
     if parsed.userinfo:
         raise UrlRefused("the URL must not carry credentials; use 'authentication' instead")

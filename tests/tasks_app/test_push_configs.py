@@ -167,6 +167,8 @@ def test_deleting_the_task_deletes_its_configs(rpc, stored):
         "http://localhost/hook",
         "http://[::1]/hook",
         "http://[::ffff:127.0.0.1]/hook",
+        "http://[2002:7f00:1::]/hook",  # 6to4 of 127.0.0.1
+        "http://[2002:a9fe:a9fe::]/hook",  # 6to4 of the metadata address
         "http://10.1.2.3/hook",
         "https://192.168.0.10/hook",
         "http://172.16.5.5/hook",
@@ -195,6 +197,14 @@ def test_a_public_address_is_accepted_and_pinned():
     target = url_check("https://1.1.1.1:8443/hooks?x=1", allow_private=False)
     assert target.address == "1.1.1.1"
     assert str(target.pinned_url) == "https://1.1.1.1:8443/hooks?x=1"
+
+
+@pytest.mark.parametrize("url", ["http://xn--a.com/hook", "http://xn--/hook", "https://xn--zz-.example/"])
+def test_a_host_that_is_no_valid_punycode_is_refused_not_a_500(url, rpc):
+    with pytest.raises(UrlRefused, match="is not a valid URL"):
+        url_check(url, allow_private=False)
+    answer = create(rpc, new_task(rpc), id="punycode", url=url)
+    assert answer["error"]["code"] == -32602, answer
 
 
 @pytest.mark.parametrize("url", ["gopher://example.com/", "ftp://1.1.1.1/", "javascript:alert(1)"])

@@ -9,6 +9,7 @@ address that was checked, with no redirects and no proxies from the
 environment, so the screen cannot be talked around.
 """
 
+import asyncio
 import json
 from dataclasses import dataclass
 
@@ -38,6 +39,27 @@ def proxy_url_check(url: str) -> Target:
         purpose="proxied calls are",
         setting="PROXY_ALLOW_PRIVATE_NETWORKS",
     )
+
+
+class ScreenedTransport(httpx.AsyncHTTPTransport):
+    """Every request screened as it goes (proxy_url_check) and sent to the address it checked.
+
+    For the a2a-sdk client of an a2a_proxy agent, which calls the interface
+    URLs a remote card lists. Screened once when the card was read, a name
+    could answer a public address to the screen and an internal one to the
+    connection (DNS rebinding). Here the screen and the connection use the
+    same answer; the Host header and TLS's server name stay the URL's.
+    """
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            target = await asyncio.to_thread(proxy_url_check, str(request.url))
+        except UrlRefused as exc:
+            raise httpx.ConnectError(f"The call was refused: {exc}", request=request) from None
+        if target.url.scheme == "https":
+            request.extensions = {**request.extensions, "sni_hostname": target.url.host}
+        request.url = target.pinned_url
+        return await super().handle_async_request(request)
 
 
 def card_url_of(agent_url: str) -> str:

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.outbound import UrlRefused
 from agents.registry import ConfigInvalid
-from agents.remote_cards import CardUnavailable, card_fetch, card_url_of, proxy_url_check
+from agents.remote_cards import CardUnavailable, ScreenedTransport, card_fetch, card_url_of, proxy_url_check
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +168,13 @@ async def remote_client(target: RemoteTarget, timeout: float):
         )
     except CardUnavailable as exc:
         raise ValueError(str(exc)) from None
-    # Our own httpx client carries the configured headers to every call.
+    # Our own httpx client carries the configured headers to every call, each call screened and
+    # pinned to the address it was checked at (the card's interface URLs are the remote's to say).
     async with httpx.AsyncClient(
-        headers=target.headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), trust_env=False
+        headers=target.headers,
+        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        trust_env=False,
+        transport=ScreenedTransport(),
     ) as http:
         client = await create_client(
             remote.card, client_config=ClientConfig(streaming=True, httpx_client=http)

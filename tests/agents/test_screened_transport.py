@@ -1,0 +1,60 @@
+"""The a2a_proxy agent's calls are screened when they connect, not only when the card was read.
+
+A remote card's interface URL is screened as the card is read; the a2a-sdk
+client then calls it. A name that answered a public address to the screen
+could answer an internal one to that connection (DNS rebinding), so every call
+is screened again and sent to the address that was checked, with its Host.
+"""
+
+import asyncio
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from django.test import override_settings
+
+from agents.remote_cards import ScreenedTransport
+
+
+class _Echo(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(f"host={self.headers['Host']}".encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def internal_service():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _call(url: str) -> httpx.Response:
+    async def call():
+        async with httpx.AsyncClient(transport=ScreenedTransport(), trust_env=False) as client:
+            return await client.post(url, json={})
+
+    return asyncio.run(call())
+
+
+def test_a_call_to_an_internal_address_is_refused_when_it_connects(internal_service):
+    with override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=False):
+        for host in ("localhost", "127.0.0.1"):
+            with pytest.raises(httpx.ConnectError, match="refused.*loopback"):
+                _call(f"http://{host}:{internal_service}/rpc")
+
+
+def test_an_allowed_call_goes_to_the_checked_address_with_its_host(internal_service):
+    with override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=True):
+        answer = _call(f"http://localhost:{internal_service}/rpc")
+    assert answer.status_code == 200
+    assert answer.text == f"host=localhost:{internal_service}"

@@ -312,6 +312,7 @@ PUSH_MAX_ATTEMPTS = env_int("PUSH_MAX_ATTEMPTS", 6)
 # Retry n waits min(BASE * 2**(n-1), MAX) seconds.
 PUSH_RETRY_BASE_DELAY = env_float("PUSH_RETRY_BASE_DELAY", 1.0)
 PUSH_RETRY_MAX_DELAY = env_float("PUSH_RETRY_MAX_DELAY", 60.0)
+# Seconds a webhook has for its whole answer (connection, request, status line), well under the lease.
 PUSH_TIMEOUT = env_float("PUSH_TIMEOUT", 10.0)
 PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 # An attempt still "sending" after this many seconds was lost with its worker and is sent again.

@@ -14,6 +14,7 @@ name; a host that does not resolve (or resolves to a refused address) fails the
 attempt, which is retried like any other failure.
 """
 
+import asyncio
 import base64
 import json
 import logging
@@ -33,7 +34,7 @@ from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from agents.outbound import UrlRefused, url_check, url_syntax_check
-from tasks_app import metrics
+from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
@@ -303,20 +304,32 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
         headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}".rstrip()
     body = json.dumps(delivery.event.payload, separators=(",", ":")).encode()
     extensions = {"sni_hostname": target.url.host} if target.url.scheme == "https" else {}
+    try:
+        status, reason = engine.run(_send(target.pinned_url, headers, body, extensions))
+    except httpx.HTTPError as exc:
+        return None, f"{exc.__class__.__name__}: {exc}"[:1000]
+    except TimeoutError:
+        return None, f"No answer within {settings.PUSH_TIMEOUT:g} s"
+    if 200 <= status < 300:
+        return status, ""
+    return status, f"HTTP {status} {reason}"[:1000]
+
+
+async def _send(url: httpx.URL, headers: dict, body: bytes, extensions: dict) -> tuple[int, str]:
+    """The POST, on the engine loop: PUSH_TIMEOUT bounds the whole request, not each read.
+
+    httpx's timeout is per operation: a receiver that sent its answer a byte
+    at a time held the worker thread as long as it liked, past the attempt's
+    lease, and the sweep then sent the event again (twice, and out of order).
+    """
     # No proxies from the environment and no redirects: either would undo the address check.
-    with httpx.Client(timeout=settings.PUSH_TIMEOUT, verify=_tls(), trust_env=False) as client:
-        request = client.build_request(
-            "POST", target.pinned_url, headers=headers, content=body, extensions=extensions
-        )
-        try:
-            response = client.send(request, stream=True, follow_redirects=False)
-        except httpx.HTTPError as exc:
-            return None, f"{exc.__class__.__name__}: {exc}"[:1000]
-        # The body is not read: a receiver only owes us a status code.
-        response.close()
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code} {response.reason_phrase}"[:1000]
+    async with httpx.AsyncClient(timeout=settings.PUSH_TIMEOUT, verify=_tls(), trust_env=False) as client:
+        request = client.build_request("POST", url, headers=headers, content=body, extensions=extensions)
+        async with asyncio.timeout(settings.PUSH_TIMEOUT):
+            response = await client.send(request, stream=True, follow_redirects=False)
+            # The body is not read: a receiver only owes us a status code.
+            await response.aclose()
+    return response.status_code, response.reason_phrase
 
 
 def push_retry_delay(attempt: int) -> float:

@@ -47,6 +47,11 @@ class Target:
     def pinned_url(self) -> httpx.URL:
         return self.url.copy_with(host=self.address)
 
+    @property
+    def extensions(self) -> dict:
+        """httpx request extensions for the pinned URL: TLS checks the URL's name, not the address."""
+        return {"sni_hostname": self.url.host} if self.url.scheme == "https" else {}
+
 
 def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):

@@ -56,8 +56,7 @@ class ScreenedTransport(httpx.AsyncHTTPTransport):
             target = await asyncio.to_thread(proxy_url_check, str(request.url))
         except UrlRefused as exc:
             raise httpx.ConnectError(f"The call was refused: {exc}", request=request) from None
-        if target.url.scheme == "https":
-            request.extensions = {**request.extensions, "sni_hostname": target.url.host}
+        request.extensions = {**request.extensions, **target.extensions}
         request.url = target.pinned_url
         return await super().handle_async_request(request)
 
@@ -95,10 +94,10 @@ def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: floa
     except UrlRefused as exc:
         raise CardUnavailable(f"The card URL is refused: {exc}.") from None
     sent = {**(headers or {}), "Host": target.url.netloc.decode("ascii"), "Accept": "application/json"}
-    extensions = {"sni_hostname": target.url.host} if target.url.scheme == "https" else {}
     try:
         with httpx.Client(timeout=timeout, trust_env=False) as client:
-            request = client.build_request("GET", target.pinned_url, headers=sent, extensions=extensions)
+            url, extensions = target.pinned_url, target.extensions
+            request = client.build_request("GET", url, headers=sent, extensions=extensions)
             response = client.send(request, stream=True, follow_redirects=False)
             try:
                 if response.status_code != 200:

@@ -303,9 +303,8 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     if config.auth_scheme:
         headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}".rstrip()
     body = json.dumps(delivery.event.payload, separators=(",", ":")).encode()
-    extensions = {"sni_hostname": target.url.host} if target.url.scheme == "https" else {}
     try:
-        status, reason = engine.run(_send(target.pinned_url, headers, body, extensions))
+        status, reason = engine.run(_send(target.pinned_url, headers, body, target.extensions))
     except httpx.HTTPError as exc:
         return None, f"{exc.__class__.__name__}: {exc}"[:1000]
     except TimeoutError:

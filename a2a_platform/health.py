@@ -108,7 +108,11 @@ def _metrics_text() -> bytes:
 
 
 def _may_read_metrics(request) -> bool:
-    """Platform-wide counts: a bearer METRICS_TOKEN, or loopback when no token is configured."""
+    """Platform-wide counts: a bearer METRICS_TOKEN, or loopback when no token is configured.
+
+    REMOTE_ADDR is the connection's peer, or behind trusted proxies the address
+    they wrote (a2a_platform/forwarded.py): never an entry the caller sent.
+    """
     if settings.METRICS_TOKEN:
         return constant_time_compare(
             request.headers.get("Authorization", ""), f"Bearer {settings.METRICS_TOKEN}"

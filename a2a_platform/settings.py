@@ -338,6 +338,14 @@ FIELD_ENCRYPTION_KEYS = [key.strip() for key in env_secret("FIELD_ENCRYPTION_KEY
 # Bearer token for /metrics; unset means loopback only.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")
 
+# --- Proxies in front ------------------------------------------------------------
+# Proxies between the callers and Daphne, each appending to X-Forwarded-For; 0: the header is
+# ignored (`webserve --proxy-headers` makes it 1). The caller's address is the entry this many
+# from the right (a2a_platform/forwarded.py), read only from connections of TRUSTED_PROXIES
+# (addresses or networks, comma-separated).
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", "127.0.0.0/8,::1")
+
 # --- Auth -----------------------------------------------------------------------
 OAUTH2_PROVIDER_APPLICATION_MODEL = "tenants.Application"
 OAUTH2_PROVIDER = {

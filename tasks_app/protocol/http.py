@@ -95,7 +95,7 @@ async def call_for(request, agent: Agent, method: str) -> Call:
         caller = resolve_caller(request, agent, method)
     # Judged after the caller: one who may not call hears that first, whatever the request says.
     key = idempotency_key(request) if method in SEND_METHODS else ""
-    # REMOTE_ADDR is the peer Daphne saw; behind a proxy, run Daphne with --proxy-headers.
+    # REMOTE_ADDR: the peer, or behind trusted proxies the caller they name (a2a_platform/forwarded.py).
     await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""))
     return _call(request, caller, key)
 

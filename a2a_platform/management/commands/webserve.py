@@ -51,7 +51,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--proxy-headers",
             action="store_true",
-            help="Take the client's address from X-Forwarded-For (behind a proxy)",
+            help="Take the client's address from X-Forwarded-For, as the proxies in front wrote it "
+            "(TRUSTED_PROXY_COUNT of them, default 1, connecting from TRUSTED_PROXIES)",
         )
 
     def handle(self, *args, host, port, processes, proxy_headers, **options):
@@ -64,25 +65,29 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot listen on {host}:{port}: {exc}") from None
         # -v 0: no access line per request from Daphne (the platform logs its own, A2A_ACCESS_LOG).
         daphne_options = ["-v", "0", "--application-close-timeout", "30"]
-        daphne_options += ["--proxy-headers"] if proxy_headers else []
+        # Not Daphne's --proxy-headers: it takes X-Forwarded-For's leftmost entry, which the client
+        # writes. The application reads the header from the right (a2a_platform/forwarded.py).
+        env = dict(os.environ)
+        if proxy_headers:
+            env["TRUSTED_PROXY_COUNT"] = str(settings.TRUSTED_PROXY_COUNT or 1)
         self.stdout.write(f"Web tier serving on http://{host}:{port} with {processes} Daphne processes")
         self.stdout.flush()
         try:
-            start = _daphne_starter(listeners, daphne_options)
+            start = _daphne_starter(listeners, daphne_options, env)
             Supervisor(processes, start, "Web process", STOP_TIMEOUT).run()
         finally:
             for listener in set(listeners):
                 listener.close()
 
 
-def _daphne_starter(listeners: list[socket.socket], daphne_options: list[str]):
+def _daphne_starter(listeners: list[socket.socket], daphne_options: list[str], env: dict[str, str]):
     """Starts the Daphne child of a slot on that slot's listening socket."""
 
     def start(slot: int, preexec_fn) -> subprocess.Popen:
         fd = listeners[slot].fileno()
         command = [sys.executable, "-m", "daphne", "--fd", str(fd), *daphne_options]
         command.append("a2a_platform.asgi:application")
-        return subprocess.Popen(command, pass_fds=(fd,), preexec_fn=preexec_fn)
+        return subprocess.Popen(command, pass_fds=(fd,), preexec_fn=preexec_fn, env=env)
 
     return start
 

@@ -14,13 +14,17 @@ Two limits, both set per tenant (tenants.Tenant; None means no limit):
   methods, which run as those) are refused. Counted from the database (user
   messages whose turn is pending or running), not from a counter: a worker
   that dies holds nothing here, and once the sweeper settles its turn the
-  slot is free again. The count is read, not reserved, so sends that arrive
-  in the same instant while one slot is left may all pass.
+  slot is free again. Exact under concurrency: the transaction that stores a
+  send locks the tenant's row and counts again (quota_turn_claim), so sends
+  of one tenant that arrive at once are counted one after another, each
+  seeing the turns the ones before it stored.
 
-The bindings call quota_admit() after resolving the caller; a refusal raises
-QuotaExceeded (tasks_app/protocol/errors.py), which every binding answers as
-"too many requests" with the seconds to wait. If Redis cannot be reached the
-rate is not enforced (logged) rather than refusing every caller.
+The bindings call quota_admit() after resolving the caller (the rate, and an
+early, unlocked look at the running turns that refuses a full tenant without
+opening a transaction); message_send calls quota_turn_claim(). A refusal
+raises QuotaExceeded (tasks_app/protocol/errors.py), which every binding
+answers as "too many requests" with the seconds to wait. If Redis cannot be
+reached the rate is not enforced (logged) rather than refusing every caller.
 """
 
 import logging
@@ -159,14 +163,39 @@ def quota_check(caller: Caller, method: str, source: str = "") -> None:
                 limit=limit,
             )
     most = tenant.max_running_turns
+    # Unlocked, so only early: quota_turn_claim decides, in the transaction that stores the send.
     if most and method in SUBMIT_METHODS and running_turns(tenant) >= most:
-        metrics.quota_refused(QuotaExceeded.RUNNING_TURNS)
-        raise QuotaExceeded(
-            f"Too many running turns: this tenant runs at most {most} at once; retry when one ends",
-            reason=QuotaExceeded.RUNNING_TURNS,
-            retry_after=RUNNING_TURNS_RETRY_AFTER,
-            limit=most,
-        )
+        _refuse_turn(most)
+
+
+def quota_turn_claim(tenant: Tenant) -> None:
+    """Raise QuotaExceeded if the tenant already runs max_running_turns turns; inside the send's transaction.
+
+    Locks the tenant's row until that transaction ends, then counts: a
+    concurrent send of the tenant waits here until this one has committed its
+    message (or rolled back) and then counts it. FOR NO KEY UPDATE, so the rows
+    other transactions insert for the tenant (whose foreign keys take a key
+    share lock on it) do not wait. A tenant without the limit costs no query.
+    """
+    if not tenant.max_running_turns:
+        return
+    # The limit as it is now, read with the lock; the count in a statement of its own after it:
+    # on PostgreSQL (read committed) only a statement begun after the lock sees what the sends
+    # before this one committed. SQLite runs one writing transaction at a time anyway.
+    locked = Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk)
+    most = locked.values_list("max_running_turns", flat=True).first()
+    if most and running_turns(tenant) >= most:
+        _refuse_turn(most)
+
+
+def _refuse_turn(most: int):
+    metrics.quota_refused(QuotaExceeded.RUNNING_TURNS)
+    raise QuotaExceeded(
+        f"Too many running turns: this tenant runs at most {most} at once; retry when one ends",
+        reason=QuotaExceeded.RUNNING_TURNS,
+        retry_after=RUNNING_TURNS_RETRY_AFTER,
+        limit=most,
+    )
 
 
 async def quota_admit(caller: Caller, method: str, source: str = "") -> None:

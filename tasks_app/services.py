@@ -8,6 +8,7 @@ the transaction commits.
 import hashlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -38,6 +39,7 @@ from tasks_app.protocol.convert import (
 from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
 from tasks_app.selectors import snapshot_of, task_snapshot
 from tenants import sql
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ def message_send(
     reply_as_message: bool = True,
     decision: str | None = None,
     task_pk: uuid.UUID | None = None,
+    admit_turn: Callable[[Tenant], None] | None = None,
 ) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
@@ -99,6 +102,10 @@ def message_send(
 
     task_pk: the id a new task gets (a caller that listens for the task's
     events before it exists); a new random one without it.
+
+    admit_turn(tenant) runs first in the transaction and may refuse the send:
+    the bindings pass quotas.quota_turn_claim, which holds the tenant to its
+    max_running_turns exactly (the console's answers pass nothing).
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -110,6 +117,8 @@ def message_send(
         hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
     )
     with transaction.atomic():
+        if admit_turn is not None:
+            admit_turn(caller.tenant)
         if message.task_id:
             task = _task_to_continue(caller, message)
         else:

@@ -5,20 +5,43 @@ to URLs a tenant typed in. Each resolves the host here just before the
 request and connects to the address that was checked, so a name that
 resolves to an internal address (or starts to, later) is never called. A
 URL stored for later (a push config) is only checked for what it says
-(url_syntax_check): its name may not resolve yet.
+(url_syntax_check): its name may not resolve yet. A lookup has the caller's
+deadline: a DNS server that never answers is a refused URL, not a held thread.
 """
 
 import ipaddress
 import socket
+import threading
+import time
 from dataclasses import dataclass
 
 import httpx
 
 SHARED_NETWORK = ipaddress.ip_network("100.64.0.0/10")
-# Cloud metadata endpoints: refused even when private networks are allowed.
+# Cloud metadata and credential endpoints: refused even when private networks are allowed.
+# An IPv6 address carrying one of the IPv4 ones (::ffff:, 6to4) is judged as it (_address_problem).
 METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+    ipaddress.ip_address(address)
+    for address in (
+        "169.254.169.254",  # instance metadata: AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
+        "fd00:ec2::254",  # AWS instance metadata over IPv6
+        "169.254.170.2",  # AWS ECS task metadata and credentials
+        "169.254.170.23",  # AWS EKS Pod Identity credentials
+        "fd00:ec2::23",  # AWS EKS Pod Identity credentials over IPv6
+        "169.254.169.253",  # AWS VPC DNS resolver
+        "fd00:ec2::253",  # AWS VPC DNS resolver over IPv6
+        "100.100.100.200",  # Alibaba Cloud metadata
+        "169.254.0.23",  # Tencent Cloud metadata
+        "168.63.129.16",  # Azure WireServer (extension and provisioning data)
+    )
 )
+# How long a name may take to resolve when the caller has no deadline of its own.
+LOOKUP_TIMEOUT = 10.0
+# How many lookups may wait on a DNS server at once (each holds a thread of its own).
+MAX_LOOKUPS = 64
+_lookups = threading.BoundedSemaphore(MAX_LOOKUPS)
+# The name lookup. A module attribute so that a test can put a resolver on loopback in its place.
+getaddrinfo = socket.getaddrinfo
 
 
 # The refusals a private-networks setting lifts (metadata, multicast and reserved stay refused).
@@ -125,10 +148,55 @@ def url_syntax_check(url: str, *, allow_private: bool) -> httpx.URL:
     return _parsed(url, Screen(allow_private=allow_private))
 
 
+def _lookup(host: str, port: int, timeout: float) -> list[str]:
+    """The addresses a name resolves to, within `timeout` seconds, else UrlRefused.
+
+    getaddrinfo has no deadline of the caller's (the system resolver waits and
+    retries as resolv.conf says, an NSS module as long as it likes) and cannot
+    be interrupted: it runs on a daemon thread that the caller stops waiting
+    for when its time is up.
+    """
+    try:
+        # An address needs no lookup (nor a thread): AI_NUMERICHOST never asks DNS.
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        return [info[4][0] for info in infos]
+    except (OSError, UnicodeError):
+        pass
+    deadline = time.monotonic() + timeout
+    late = UrlRefused(f"the host '{host}' did not resolve within {timeout:.3g} s")
+    if not _lookups.acquire(timeout=timeout):
+        raise late  # MAX_LOOKUPS lookups are stuck on a DNS server that does not answer
+    answer: list = []
+    done = threading.Event()
+
+    def resolve() -> None:
+        try:
+            answer.append(getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except Exception as exc:  # handed to the waiting caller
+            answer.append(exc)
+        finally:
+            _lookups.release()
+            done.set()
+
+    try:
+        threading.Thread(target=resolve, name=f"lookup {host}"[:60], daemon=True).start()
+    except RuntimeError:
+        _lookups.release()
+        raise
+    if not done.wait(max(deadline - time.monotonic(), 0)):
+        raise late
+    if isinstance(answer[0], OSError | UnicodeError):
+        raise UrlRefused(f"the host '{host}' does not resolve")
+    if isinstance(answer[0], Exception):
+        raise answer[0]
+    return [info[4][0] for info in answer[0]]
+
+
 def url_check(
     url: str,
     *,
     allow_private: bool,
+    timeout: float = LOOKUP_TIMEOUT,
     allow_loopback: bool = False,
     purpose: str = "push notifications are",
     setting: str = "PUSH_ALLOW_PRIVATE_NETWORKS",
@@ -136,8 +204,9 @@ def url_check(
     """Resolve a URL and check every address it has; answer the one to connect to.
 
     Raises UrlRefused for a scheme other than http/https, credentials in the
-    URL, a host that does not resolve, or any address that is loopback, private,
-    link-local, shared, multicast, reserved, unspecified or cloud metadata
+    URL, a host that does not resolve within `timeout` seconds, or any address
+    that is loopback, private, link-local, shared, multicast, reserved,
+    unspecified or cloud metadata
     (private ones are allowed with allow_private, loopback ones also with
     allow_loopback: the caller's settings say). A refusal names `setting`, the
     switch that would allow it, so whoever reads it knows what to change.
@@ -145,11 +214,7 @@ def url_check(
     screen = Screen(allow_private, allow_loopback, purpose, setting)
     parsed = _parsed(url, screen)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        infos = socket.getaddrinfo(parsed.host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise UrlRefused(f"the host '{parsed.host}' does not resolve") from None
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    addresses = list(dict.fromkeys(_lookup(parsed.host, port, timeout)))
     if not addresses:
         raise UrlRefused(f"the host '{parsed.host}' does not resolve")
     # Every address must pass: a host with one public and one private address is refused.

@@ -6,11 +6,13 @@ lists, pass the same screen as webhooks (agents/outbound.py) with the proxy's
 settings: loopback is allowed while DEBUG is on (a local demo), private
 addresses only with PROXY_ALLOW_PRIVATE_NETWORKS. The request goes to the
 address that was checked, with no redirects and no proxies from the
-environment, so the screen cannot be talked around.
+environment, so the screen cannot be talked around. Host names are resolved
+within the request's own timeout: a DNS server that never answers refuses the URL.
 """
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -19,7 +21,7 @@ from a2a.types import AgentCard
 from django.conf import settings
 from google.protobuf.json_format import MessageToDict, ParseError
 
-from agents.outbound import Target, UrlRefused, url_check
+from agents.outbound import LOOKUP_TIMEOUT, Target, UrlRefused, url_check
 
 CARD_PATH = ".well-known/agent-card.json"
 # A card is a small JSON document; anything much bigger is not one.
@@ -30,10 +32,14 @@ class CardUnavailable(Exception):
     """The card could not be read or used; the message says why, for a form or a status."""
 
 
-def proxy_url_check(url: str) -> Target:
-    """The outbound screen with the settings of agent proxies (UrlRefused names the setting)."""
+def proxy_url_check(url: str, *, timeout: float = LOOKUP_TIMEOUT) -> Target:
+    """The outbound screen with the settings of agent proxies (UrlRefused names the setting).
+
+    The host must resolve within `timeout` seconds.
+    """
     return url_check(
         url,
+        timeout=timeout,
         allow_private=settings.PROXY_ALLOW_PRIVATE_NETWORKS,
         allow_loopback=settings.DEBUG,
         purpose="proxied calls are",
@@ -52,8 +58,10 @@ class ScreenedTransport(httpx.AsyncHTTPTransport):
     """
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        # Resolving the name is part of connecting: it gets the client's connect timeout.
+        timeout = (request.extensions.get("timeout") or {}).get("connect") or LOOKUP_TIMEOUT
         try:
-            target = await asyncio.to_thread(proxy_url_check, str(request.url))
+            target = await asyncio.to_thread(proxy_url_check, str(request.url), timeout=timeout)
         except UrlRefused as exc:
             raise httpx.ConnectError(f"The call was refused: {exc}", request=request) from None
         request.extensions = {**request.extensions, **target.extensions}
@@ -90,7 +98,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: float = 5.0) -> RemoteCard:
     """GET and parse the card at `url` (A2A 1.0 or 0.3); raises CardUnavailable saying why."""
     try:
-        target = proxy_url_check(url)
+        target = proxy_url_check(url, timeout=timeout)
     except UrlRefused as exc:
         raise CardUnavailable(f"The card URL is refused: {exc}.") from None
     sent = {**(headers or {}), "Host": target.url.netloc.decode("ascii"), "Accept": "application/json"}
@@ -115,10 +123,11 @@ def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: floa
         raise CardUnavailable(f"{url} did not answer within {timeout:g} s.") from None
     except httpx.HTTPError as exc:
         raise CardUnavailable(f"{url} could not be reached: {exc or exc.__class__.__name__}.") from None
-    return card_parse(body, url)
+    return card_parse(body, url, timeout=timeout)
 
 
-def card_parse(body: bytes, url: str = "the card") -> RemoteCard:
+def card_parse(body: bytes, url: str = "the card", *, timeout: float = LOOKUP_TIMEOUT) -> RemoteCard:
+    """Parse a card and screen its JSON-RPC interfaces, whose hosts resolve within `timeout` seconds."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -133,11 +142,13 @@ def card_parse(body: bytes, url: str = "the card") -> RemoteCard:
     # the platform at its own network. The proxy speaks JSON-RPC only (an empty
     # supported_protocol_bindings means JSONRPC to the SDK client), so a gRPC
     # interface (host:port, no scheme) is never called and not screened.
+    # One deadline for them all: a card listing many names of a silent DNS server holds no one long.
+    deadline = time.monotonic() + timeout
     for interface in card.supported_interfaces:
         if interface.protocol_binding.upper() != "JSONRPC":
             continue
         try:
-            proxy_url_check(interface.url)
+            proxy_url_check(interface.url, timeout=max(deadline - time.monotonic(), 0.01))
         except UrlRefused as exc:
             raise CardUnavailable(f"The card's interface {interface.url} is refused: {exc}.") from None
     return RemoteCard(card=card, data=MessageToDict(card))

@@ -289,7 +289,10 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
         return None, UNDECRYPTABLE_ERROR
     try:
         # Checked again at send time: the host's DNS may have changed since the config was made.
-        target = url_check(config.url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS)
+        # The lookup gets PUSH_TIMEOUT too: a DNS server that never answers fails the attempt.
+        target = url_check(
+            config.url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS, timeout=settings.PUSH_TIMEOUT
+        )
     except UrlRefused as exc:
         return None, f"URL refused: {exc}"
     headers = {

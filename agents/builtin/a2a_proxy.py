@@ -58,6 +58,8 @@ DEFAULT_TIMEOUT = 300.0
 # The longest a remote call may be allowed to take.
 LONGEST_TIMEOUT = 900
 CANCEL_TIMEOUT = 5.0
+# The longest reading the remote card, or connecting (its host name resolved), may take.
+CONNECT_TIMEOUT = 10.0
 # The health check's patience with the remote card: it runs while a page renders.
 READY_TIMEOUT = 2.0
 SETTLED_STATES = {
@@ -125,8 +127,11 @@ class RemoteTarget:
         return self.card_url or card_url_of(self.url)
 
 
-def remote_target(config: dict | None) -> RemoteTarget:
-    """The remote agent named by the agent's config; ProxyConfigError says what is wrong."""
+def remote_target(config: dict | None, *, timeout: float = CONNECT_TIMEOUT) -> RemoteTarget:
+    """The remote agent named by the agent's config; ProxyConfigError says what is wrong.
+
+    The URLs' hosts are resolved (and screened), each within `timeout` seconds.
+    """
     config = config or {}
     url = config.get("url")
     if not isinstance(url, str) or not url.strip():
@@ -137,13 +142,13 @@ def remote_target(config: dict | None) -> RemoteTarget:
     # A tenant admin chooses this URL: the same screening as webhooks keeps the
     # proxy from reaching the platform's own network (SSRF).
     try:
-        proxy_url_check(url.strip())
+        proxy_url_check(url.strip(), timeout=timeout)
     except UrlRefused as exc:
         raise ProxyConfigError(f'"url" in its config is refused: {exc}') from None
     card_url = config.get("card_url") or ""
     if card_url:
         try:
-            proxy_url_check(str(card_url).strip())
+            proxy_url_check(str(card_url).strip(), timeout=timeout)
         except UrlRefused as exc:
             raise ProxyConfigError(f'"card_url" in its config is refused: {exc}') from None
     headers = config.get("headers") or {}
@@ -164,7 +169,7 @@ async def remote_client(target: RemoteTarget, timeout: float):
     # The card is read through the outbound screen, which checks every interface it lists.
     try:
         remote = await asyncio.to_thread(
-            card_fetch, target.card_location, headers=target.headers, timeout=min(timeout, 10.0)
+            card_fetch, target.card_location, headers=target.headers, timeout=min(timeout, CONNECT_TIMEOUT)
         )
     except CardUnavailable as exc:
         raise ValueError(str(exc)) from None
@@ -172,7 +177,7 @@ async def remote_client(target: RemoteTarget, timeout: float):
     # pinned to the address it was checked at (the card's interface URLs are the remote's to say).
     async with httpx.AsyncClient(
         headers=target.headers,
-        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
         trust_env=False,
         transport=ScreenedTransport(),
     ) as http:
@@ -235,7 +240,7 @@ class A2AProxyAgentExecutor(AgentExecutor):
     def check_ready(config: dict) -> None:
         """The remote agent answers with a usable card, within READY_TIMEOUT seconds."""
         try:
-            target = remote_target(config)
+            target = remote_target(config, timeout=READY_TIMEOUT)
         except ProxyConfigError as exc:
             raise ConfigInvalid(f"{exc}.") from None
         try:
@@ -253,7 +258,8 @@ class A2AProxyAgentExecutor(AgentExecutor):
         task = context.current_task
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         try:
-            target = remote_target(self.config)
+            # Resolving the URLs' hosts blocks: not on the event loop, which other turns share.
+            target = await asyncio.to_thread(remote_target, self.config)
         except ProxyConfigError as exc:
             await updater.failed(new_text_message(f"This proxy agent is not set up correctly: {exc}."))
             return
@@ -312,7 +318,7 @@ class A2AProxyAgentExecutor(AgentExecutor):
         if remote_task_id:
             # Best effort: the local task is canceled whatever the remote says.
             try:
-                target = remote_target(self.config)
+                target = await asyncio.to_thread(remote_target, self.config, timeout=CANCEL_TIMEOUT)
                 async with asyncio.timeout(CANCEL_TIMEOUT):
                     async with remote_client(target, CANCEL_TIMEOUT) as client:
                         await client.cancel_task(CancelTaskRequest(id=remote_task_id))

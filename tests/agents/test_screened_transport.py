@@ -8,6 +8,7 @@ is screened again and sent to the address that was checked, with its Host.
 
 import asyncio
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -15,6 +16,10 @@ import pytest
 from django.test import override_settings
 
 from agents.remote_cards import ScreenedTransport
+from tests import dns_server
+from tests.dns_server import finishes_within
+
+silent_dns = dns_server.silent_dns
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -58,3 +63,21 @@ def test_an_allowed_call_goes_to_the_checked_address_with_its_host(internal_serv
         answer = _call(f"http://localhost:{internal_service}/rpc")
     assert answer.status_code == 200
     assert answer.text == f"host=localhost:{internal_service}"
+
+
+def test_a_call_to_a_name_dns_never_answers_fails_within_the_connect_timeout(silent_dns):
+    async def call():
+        timeout = httpx.Timeout(60, connect=0.5)
+        async with httpx.AsyncClient(
+            transport=ScreenedTransport(), timeout=timeout, trust_env=False
+        ) as client:
+            return await client.post("https://rpc.silent.test/a2a", json={})
+
+    started = time.monotonic()
+    with pytest.raises(httpx.ConnectError) as refused:
+        finishes_within(10, asyncio.run, call())
+    assert time.monotonic() - started < 2
+    assert str(refused.value) == (
+        "The call was refused: the host 'rpc.silent.test' did not resolve within 0.5 s"
+    )
+    assert silent_dns.wait_for_queries(1) == ["rpc.silent.test"]

@@ -1,0 +1,87 @@
+"""The outbound URL screen (agents/outbound.py): metadata addresses, and lookups with a deadline.
+
+Webhooks, agent imports and the proxy agent all call url_check; their own
+tests cover what each makes of a refusal.
+"""
+
+import ipaddress
+import threading
+import time
+
+import pytest
+
+from agents.outbound import UrlRefused, url_check
+from tests import dns_server
+from tests.dns_server import finishes_within
+
+silent_dns = dns_server.silent_dns
+
+METADATA_V4 = [
+    "169.254.169.254",
+    "169.254.170.2",
+    "169.254.170.23",
+    "169.254.169.253",
+    "100.100.100.200",
+    "169.254.0.23",
+    "168.63.129.16",
+]
+METADATA_V6 = ["fd00:ec2::254", "fd00:ec2::23", "fd00:ec2::253"]
+
+
+def sixtofour(address: str) -> str:
+    """The 6to4 address (2002::/16) that carries an IPv4 address."""
+    packed = ipaddress.IPv4Address(address).packed
+    return f"2002:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}::"
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        *METADATA_V4,
+        *(f"[{address}]" for address in METADATA_V6),
+        *(f"[::ffff:{address}]" for address in METADATA_V4),
+        *(f"[{sixtofour(address)}]" for address in METADATA_V4),
+    ],
+)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_cloud_metadata_addresses_are_refused_even_where_private_networks_are_allowed(host, allow_private):
+    for url in (f"http://{host}/latest/meta-data/", f"https://{host}:8443/v2/credentials"):
+        with pytest.raises(UrlRefused, match="a cloud metadata address") as refused:
+            url_check(url, allow_private=allow_private, allow_loopback=True)
+        # No setting lifts it, so the refusal names none.
+        assert str(refused.value).endswith("push notifications are only sent to public addresses")
+
+
+@pytest.mark.parametrize("address", METADATA_V4)
+def test_nat64_forms_of_metadata_addresses_are_refused_too(address):
+    # 64:ff9b::/96 is refused whole (a reserved range); a NAT64 gateway would reach the IPv4 address.
+    with pytest.raises(UrlRefused, match="only sent to public addresses"):
+        url_check(f"http://[64:ff9b::{address}]/", allow_private=True, allow_loopback=True)
+
+
+def test_neighbours_of_metadata_addresses_follow_their_networks_rule():
+    # Only the listed addresses are metadata: the rest of link-local and shared space is private.
+    for host in ("169.254.170.3", "100.100.100.201", "[fd00:ec2::1]"):
+        assert url_check(f"http://{host}/", allow_private=True).address == host.strip("[]")
+        with pytest.raises(UrlRefused, match="unless PUSH_ALLOW_PRIVATE_NETWORKS=true is set"):
+            url_check(f"http://{host}/", allow_private=False)
+
+
+def test_a_name_dns_never_answers_is_refused_when_the_timeout_runs_out(silent_dns):
+    started = time.monotonic()
+    with pytest.raises(UrlRefused) as refused:
+        finishes_within(10, url_check, "https://hooks.silent.test/a2a", allow_private=False, timeout=0.5)
+    assert time.monotonic() - started < 2
+    assert str(refused.value) == "the host 'hooks.silent.test' did not resolve within 0.5 s"
+    # It was asked: the lookup went out, and the screen stopped waiting for it.
+    assert silent_dns.wait_for_queries(1) == ["hooks.silent.test"]
+
+
+def test_a_lookup_that_fails_is_a_host_that_does_not_resolve(silent_dns):
+    def release_once_asked():
+        silent_dns.wait_for_queries(1)
+        silent_dns.release()
+
+    threading.Thread(target=release_once_asked, daemon=True).start()
+    with pytest.raises(UrlRefused, match="^the host 'gone.silent.test' does not resolve$"):
+        finishes_within(10, url_check, "http://gone.silent.test/", allow_private=False, timeout=5)

@@ -1,0 +1,143 @@
+"""Remote cards and the proxy agent give up on a host name DNS never answers, in their own time.
+
+Importing an agent, the proxy's health check and each proxied turn resolve
+the remote's host names. Without a deadline, a DNS server that stayed silent
+held the web request, the health check's page or the engine's event loop for
+as long as it stayed silent. The lookups here go to a silent DNS server on
+loopback (tests/dns_server.py).
+"""
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+
+import pytest
+from a2a.server.agent_execution import RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState, TaskStatus
+from django.core.exceptions import ValidationError
+from django.test import override_settings
+
+from agents.builtin.a2a_proxy import A2AProxyAgentExecutor, ProxyConfigError, remote_target
+from agents.registry import ConfigInvalid
+from agents.remote_cards import CardUnavailable, card_fetch, card_parse
+from agents.services import agent_import_preview
+from tests import dns_server
+from tests.dns_server import finishes_within
+
+silent_dns = dns_server.silent_dns
+
+CARD = {
+    "name": "Far Away",
+    "description": "Behind a silent DNS server",
+    "version": "1.0.0",
+    "capabilities": {},
+    "defaultInputModes": ["text/plain"],
+    "defaultOutputModes": ["text/plain"],
+    "skills": [],
+}
+
+
+def test_a_card_url_dns_never_answers_is_refused_within_the_fetch_timeout(silent_dns):
+    started = time.monotonic()
+    with pytest.raises(CardUnavailable) as refused:
+        finishes_within(10, card_fetch, "https://agent.silent.test/.well-known/agent-card.json", timeout=1)
+    assert time.monotonic() - started < 3
+    assert str(refused.value) == (
+        "The card URL is refused: the host 'agent.silent.test' did not resolve within 1 s."
+    )
+    assert silent_dns.wait_for_queries(1) == ["agent.silent.test"]
+
+
+def test_importing_from_a_host_dns_never_answers_is_an_error_on_card_url(silent_dns):
+    # What the import API and the console's form answer with (a 400 on card_url), not a 500 or a hang.
+    with pytest.raises(ValidationError) as invalid:
+        finishes_within(15, agent_import_preview, "https://agent.silent.test/.well-known/agent-card.json")
+    assert invalid.value.message_dict == {
+        "card_url": ["The card URL is refused: the host 'agent.silent.test' did not resolve within 5 s."]
+    }
+
+
+def test_a_card_whose_interfaces_dns_never_answers_is_refused_in_time(silent_dns):
+    interfaces = [
+        {
+            "url": f"https://rpc{number}.silent.test/a2a",
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }
+        for number in range(3)
+    ]
+    body = json.dumps({**CARD, "supportedInterfaces": interfaces}).encode()
+    started = time.monotonic()
+    with pytest.raises(CardUnavailable) as refused:
+        finishes_within(10, card_parse, body, "https://8.8.8.8/card", timeout=1)
+    assert time.monotonic() - started < 3
+    assert str(refused.value) == (
+        "The card's interface https://rpc0.silent.test/a2a is refused: "
+        "the host 'rpc0.silent.test' did not resolve within 1 s."
+    )
+
+
+def test_the_proxy_health_check_gives_up_on_a_silent_name_in_its_own_time(silent_dns):
+    config = {"url": "https://agent.silent.test/a2a/"}
+    started = time.monotonic()
+    with pytest.raises(ConfigInvalid) as unready:
+        finishes_within(10, A2AProxyAgentExecutor.check_ready, config)
+    assert time.monotonic() - started < 4
+    assert str(unready.value) == (
+        "\"url\" in its config is refused: the host 'agent.silent.test' did not resolve within 2 s."
+    )
+    with pytest.raises(ProxyConfigError, match="did not resolve within 0.5 s"):
+        finishes_within(10, remote_target, {"url": "https://x.silent.test/", "timeout": 60}, timeout=0.5)
+
+
+def test_a_proxied_turn_waits_for_dns_off_the_event_loop(silent_dns):
+    """While the remote's name is looked up, the engine's loop goes on with other turns."""
+    executor = A2AProxyAgentExecutor({"url": "https://agent.silent.test/a2a/"})
+    task = Task(
+        id=str(uuid.uuid4()),
+        context_id=str(uuid.uuid4()),
+        status=TaskStatus(state=TaskState.TASK_STATE_WORKING),
+    )
+    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text="hi")])
+    context = RequestContext(
+        ServerCallContext(),
+        request=SendMessageRequest(message=message),
+        task_id=task.id,
+        context_id=task.context_id,
+        task=task,
+    )
+
+    async def turn() -> tuple[int, str]:
+        queue = EventQueue()
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        await executor.execute(context, queue)
+        ticker.cancel()
+        event = await asyncio.wait_for(queue.dequeue_event(), 1)
+        return ticks, event.status.message.parts[0].text
+
+    # The silent server lets the lookup go after a second: it fails, and the turn with it.
+    def release_later():
+        silent_dns.wait_for_queries(1)
+        time.sleep(1)
+        silent_dns.release()
+
+    threading.Thread(target=release_later, daemon=True).start()
+    with override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=False):
+        ticks, text = finishes_within(15, asyncio.run, turn())
+    assert ticks >= 10, "the event loop stood still during the lookup"
+    assert text == (
+        'This proxy agent is not set up correctly: "url" in its config is refused: '
+        "the host 'agent.silent.test' does not resolve."
+    )

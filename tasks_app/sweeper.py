@@ -6,7 +6,7 @@ expires); embedded, a thread of `manage.py serve` runs it. Two kinds of turns:
 
 - running, with a lease nobody renewed for A2A_TURN_LEASE seconds: its worker
   died. The turn goes back to the queue, to be run again from its input
-  (turns.py undoes what the lost attempt wrote), unless it has used its
+  (turns/setup.py undoes what the lost attempt wrote), unless it has used its
   A2A_TURN_MAX_ATTEMPTS: then its task ends FAILED, saying why.
 - queued, and not handed to the workers for A2A_TURN_REDISPATCH_AFTER
   seconds: its job was lost with a broker outage or a killed worker's

@@ -19,10 +19,13 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from agents.models import Agent
-from tasks_app import engine, services, turns
+from tasks_app import engine, services
 from tasks_app.access import Caller
 from tasks_app.models import Message, Task
-from tasks_app.turns import DiscardingEventQueue, _cancel_agent, agent_cancel
+from tasks_app.turns import agent_cancel
+from tasks_app.turns import setup as turn_setup
+from tasks_app.turns.cancel import DiscardingEventQueue, cancel_agent
+from tasks_app.turns.setup import _prepare
 from tenants.models import Tenant
 from tests.agents.conftest import new_id
 from tests.conftest import user_message
@@ -89,7 +92,7 @@ def test_the_agent_gets_the_canceled_task_and_its_last_message_and_nothing_it_em
     seq = Task.objects.get(pk=task["id"]).event_seq
 
     executor = RecordingExecutor()
-    asyncio.run(_cancel_agent(task["id"], executor))
+    asyncio.run(cancel_agent(task["id"], executor))
 
     [(context, queue)] = executor.calls
     assert isinstance(queue, DiscardingEventQueue)
@@ -108,9 +111,9 @@ def test_a_handler_that_raises_hangs_or_is_gone_is_only_logged(rpc, stored, capl
     _cancel(rpc, agent, task)
 
     with caplog.at_level("INFO", logger="tasks_app.turns"):
-        asyncio.run(_cancel_agent(task["id"], RaisingExecutor()))
+        asyncio.run(cancel_agent(task["id"], RaisingExecutor()))
         started = time.monotonic()
-        asyncio.run(_cancel_agent(task["id"], HangingExecutor(), timeout=0.5))
+        asyncio.run(cancel_agent(task["id"], HangingExecutor(), timeout=0.5))
         assert time.monotonic() - started < 5.0
         _agent(agent, "no-such-handler")
         agent_cancel(task_id=task["id"])
@@ -129,7 +132,7 @@ def test_a_cancel_that_swallows_its_cancellation_is_abandoned_at_its_time_limit(
         # On the engine loop, as agent_cancel runs it: a long-lived loop, where the
         # abandoned cancel() stays behind, asleep, for the rest of the session (asyncio.run
         # would wait for it at its end).
-        giving = engine.submit(_cancel_agent(task["id"], SwallowingExecutor(), timeout=0.5))
+        giving = engine.submit(cancel_agent(task["id"], SwallowingExecutor(), timeout=0.5))
         try:
             giving.result(timeout=10)
         except concurrent.futures.TimeoutError:
@@ -205,9 +208,9 @@ def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(
     # CancelTask sees that turn running, and leaves the agent's cancel() to it.
     _cancel(rpc, agent, task)
     given = []
-    monkeypatch.setattr(turns, "agent_cancel_dispatch", given.append)
+    monkeypatch.setattr(turn_setup, "agent_cancel_dispatch", given.append)
 
-    assert turns._prepare(task["id"], claimed.pk) is None  # nothing to run: the task is canceled
+    assert _prepare(task["id"], claimed.pk) is None  # nothing to run: the task is canceled
 
     claimed.refresh_from_db()
     assert claimed.turn == Message.Turn.DONE

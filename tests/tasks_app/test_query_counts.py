@@ -29,7 +29,8 @@ from tasks_app.protocol.http import NoAgent, PendingCall
 from tasks_app.protocol.operations import _get_task
 from tasks_app.selectors import send_answer_at, task_snapshot
 from tasks_app.services import message_send, task_answer
-from tasks_app.turns import _Claim, _claim_and_prepare, _prepare, events_store, turn_claim
+from tasks_app.turns import events_store, turn_claim
+from tasks_app.turns.setup import Claim, _prepare, claim_and_prepare
 
 # Context, task, message and the first log entry (a messageId is not looked up: repeats are new
 # messages). On PostgreSQL the task, message and entry are one statement (sql.insert_all).
@@ -229,9 +230,9 @@ def test_a_first_turn_is_claimed_and_read_together(stored):
         outcome = _send(caller)
         task_pk = str(outcome.task.pk)
         message_pk = _first_turn(outcome)
-        claim = _Claim()
+        claim = Claim()
         with CaptureQueriesContext(connection) as queries:
-            turn, _, context, view = _claim_and_prepare(task_pk, message_pk, claim)
+            turn, _, context, view = claim_and_prepare(task_pk, message_pk, claim)
         assert len(_statements(queries)) == CLAIM_AND_PREPARE[connection.vendor], _statements(queries)
         assert claim.held and turn.attempt == 1
         assert context.message.message_id == outcome.task.messages.get(pk=message_pk).message_id
@@ -239,14 +240,14 @@ def test_a_first_turn_is_claimed_and_read_together(stored):
         assert (claimed.turn, claimed.turn_attempts) == (Message.Turn.RUNNING, 1)
         assert claimed.lease_until is not None
         # Another delivery of the same turn finds it taken: nothing to run, no attempt counted.
-        again = _Claim()
-        assert _claim_and_prepare(task_pk, message_pk, again) is None
+        again = Claim()
+        assert claim_and_prepare(task_pk, message_pk, again) is None
         assert not again.held
         assert Message.objects.get(pk=message_pk).turn_attempts == 1
         # A job naming another task than the message's claims nothing.
         other = _send(caller)
         other_message = _first_turn(other)
-        assert _claim_and_prepare(task_pk, other_message, _Claim()) is None
+        assert claim_and_prepare(task_pk, other_message, Claim()) is None
         assert Message.objects.get(pk=other_message).turn == Message.Turn.PENDING
 
     _in_rollback(work)
@@ -267,11 +268,11 @@ def test_a_claim_is_held_when_the_reads_after_it_fail(stored):
                 raise OperationalError("the database went away")
             return execute(statement, params, many, context)
 
-        claim = _Claim()
+        claim = Claim()
         with pytest.raises(OperationalError), connection.execute_wrapper(fail_after_the_claim):
-            _claim_and_prepare(task_pk, second, claim)
+            claim_and_prepare(task_pk, second, claim)
         assert claim.held
-        turn, _, context, view = _claim_and_prepare(task_pk, second, claim)
+        turn, _, context, view = claim_and_prepare(task_pk, second, claim)
         assert turn.attempt == 1 and context.message.message_id == Message.objects.get(pk=second).message_id
         assert Message.objects.get(pk=second).turn_attempts == 1
 

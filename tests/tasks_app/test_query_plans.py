@@ -30,7 +30,8 @@ from tasks_app.access import (
 from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
 from tasks_app.services import task_cancel
-from tasks_app.turns import _Claim, _claim_and_prepare, _prepare, events_store, turn_claim
+from tasks_app.turns import events_store, turn_claim
+from tasks_app.turns.setup import Claim, _prepare, claim_and_prepare
 from tests.tasks_app.test_query_counts import (
     Collecting,
     _add_history,
@@ -92,7 +93,7 @@ def _flow(caller) -> None:
     _store_other_tasks(outcome.task)
     first = _first_turn(outcome)
     # The first turn as a worker claims it (on PostgreSQL, with its read in one statement).
-    turn, executor, context, view = _claim_and_prepare(task_pk, first, _Claim())
+    turn, executor, context, view = claim_and_prepare(task_pk, first, Claim())
     asked = pb.TaskStatusUpdateEvent(
         task_id=task_pk,
         status=pb.TaskStatus(

@@ -10,8 +10,8 @@ import uuid
 from django.utils import timezone
 
 from agents.models import Agent
-from tasks_app import turns
 from tasks_app.models import Context, Message, Task
+from tasks_app.turns.setup import _request_context
 from tenants.models import Tenant
 
 
@@ -50,6 +50,6 @@ def test_an_agent_gets_only_the_related_tasks_its_tasks_owner_may_read(stored):
     )
     task = Task.objects.select_related("agent", "tenant", "context", "status_message").get(pk=task.pk)
 
-    context = turns._request_context(task, message)
+    context = _request_context(task, message)
 
     assert [related.id for related in context.related_tasks] == [str(own.pk)]

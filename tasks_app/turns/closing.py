@@ -1,0 +1,66 @@
+"""Closing a turn: a task its agent left unsettled ends FAILED, with the reason."""
+
+from a2a.types import a2a_pb2 as pb
+from django.db import transaction
+from django.db.models import DateTimeField, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from tasks_app.models import (
+    Message,
+    Task,
+    TaskState,
+)
+from tasks_app.turns.batches import BatchWriter
+from tasks_app.turns.lease import Turn, TurnTimedOut, lock_task
+
+
+def _finished_now() -> dict:
+    """The turn's end, for the console's charts; a turn closed twice keeps its first end."""
+    now = Value(timezone.now(), output_field=DateTimeField())
+    return {"turn_finished_at": Coalesce("turn_finished_at", now)}
+
+
+def turn_finish(task_pk, message_pk: int, error: BaseException | None, *, attempt: int | None = None) -> bool:
+    """Close a turn. A task the agent left unsettled ends FAILED with the reason.
+
+    True if the task was CANCELED when the turn closed. The turn is marked done
+    while holding the task's lock, which task_cancel takes too: a cancel either
+    sees this turn running (and leaves the agent's cancel() to it) or done.
+    With an attempt, nothing happens if another attempt holds the turn now.
+    """
+    with transaction.atomic():
+        task = lock_task(task_pk)
+        closing = Message.objects.filter(pk=message_pk)
+        if attempt is not None:
+            closing = closing.filter(turn=Message.Turn.RUNNING, turn_attempts=attempt)
+        if not closing.update(turn=Message.Turn.DONE, lease_until=None, **_finished_now()):
+            return False
+        if task.is_terminal or task.is_interrupted:
+            return task.state == TaskState.CANCELED
+        if Message.objects.filter(task=task, role=Message.Role.USER, pk__gt=message_pk).exists():
+            # The agent asked, and the answer came before this turn closed: the
+            # task belongs to the answer's turn now, not to this one.
+            return False
+        if isinstance(error, TurnTimedOut):
+            reason = f"The turn was stopped: {error}."
+        elif error is not None:
+            reason = f"The agent failed: {error.__class__.__name__}: {error}"
+        else:
+            reason = "The agent ended its turn without reaching a final state."
+        task_fail(task, reason)
+    return False
+
+
+def task_fail(task: Task, reason: str) -> None:
+    """End a locked task FAILED, saying why (inside the caller's transaction)."""
+    writer = BatchWriter(task, Turn(str(task.pk), 0, 0, 0.0))
+    writer.apply(
+        pb.TaskStatusUpdateEvent(
+            status=pb.TaskStatus(
+                state=pb.TASK_STATE_FAILED,
+                message=pb.Message(role=pb.ROLE_AGENT, parts=[pb.Part(text=reason)]),
+            )
+        )
+    )
+    writer.commit()

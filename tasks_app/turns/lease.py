@@ -1,0 +1,164 @@
+"""Who holds a turn: its claim, its lease, the task's lock, and tries again through an outage.
+
+A worker claims a queued turn with a conditional UPDATE that counts an attempt
+and takes a lease; every write of the turn checks it still holds that lease
+(_owned), so a worker presumed dead writes nothing more once another attempt
+has the turn.
+"""
+
+import asyncio
+import functools
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.events import task_state
+from tasks_app.models import (
+    TERMINAL_STATES,
+    Context,
+    Message,
+    PushConfig,
+    Task,
+)
+from tenants import sql
+
+logger = logging.getLogger(__name__)
+
+# A write the database refused for being unreachable is tried again for this long.
+DB_RETRY_FOR = 60.0
+
+# Why the watcher stopped a turn.
+CANCELED = "canceled"
+LOST = "lost"
+TIMED_OUT = "timed out"
+
+
+class TurnAborted(Exception):
+    """The task ended (canceled, say), or this worker lost the turn, while the agent still emitted events."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    task_pk: str
+    message_pk: int
+    attempt: int
+    timeout: float
+    # The agent's handler name, for the turn metrics.
+    handler: str = ""
+
+
+class TurnTimedOut(Exception):
+    pass
+
+
+def claim_statement() -> str:
+    return (
+        f"UPDATE {sql.table(Message)} SET turn = %s, turn_started_at = %s, lease_until = %s, "
+        "turn_attempts = turn_attempts + 1 WHERE id = %s AND task_id = %s AND turn = %s"
+    )
+
+
+def claim_params(task_pk, message_pk: int) -> list:
+    now = timezone.now()
+    return [
+        Message.Turn.RUNNING,
+        sql.prep(Message, "turn_started_at", now),
+        sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE)),
+        message_pk,
+        sql.prep(Message, "task", task_pk),
+        Message.Turn.PENDING,
+    ]
+
+
+def turn_claim(task_pk, message_pk: int) -> bool:
+    """Take a queued turn of the task: count an attempt, hold its lease. False if another worker has it."""
+    return bool(sql.execute(claim_statement(), claim_params(task_pk, message_pk)))
+
+
+async def retrying(fn, *args, **kwargs):
+    """Run a database write, trying again while the database is unreachable (a restart)."""
+    deadline = time.monotonic() + DB_RETRY_FOR
+    delay = 0.1
+    while True:
+        try:
+            return await db(fn, *args, **kwargs)
+        except UNAVAILABLE_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            logger.warning("Database unavailable (%r); trying again in %.1f s", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def turn_renew(turn: Turn) -> str | None:
+    """Extend the turn's lease. LOST if another attempt holds it, CANCELED if its task ended; else None."""
+    renewed = owned_turn(turn).update(lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE))
+    if not renewed:
+        return LOST
+    state = task_state(turn.task_pk)
+    if state is None or state in TERMINAL_STATES:
+        return CANCELED
+    return None
+
+
+def _owned(turn: Turn) -> dict:
+    """The one rule of a turn's ownership: its message is RUNNING, in this attempt."""
+    return {"id": turn.message_pk, "turn": Message.Turn.RUNNING, "turn_attempts": turn.attempt}
+
+
+@functools.cache
+def _owned_where() -> str:
+    """_owned as the WHERE clause of a hand-written statement (built once per process)."""
+    names = _owned(Turn(task_pk="", message_pk=0, attempt=0, timeout=0.0))
+    return " AND ".join(f"{sql.quote(Message._meta.get_field(name).column)} = %s" for name in names)
+
+
+def owned_turn(turn: Turn):
+    return Message.objects.filter(**_owned(turn))
+
+
+def owned_turn_statement(turn: Turn, *, done: bool) -> tuple[str, list]:
+    """The UPDATE that renews the lease of a batch's turn, or closes it (done).
+
+    It changes no row if another attempt holds the turn. Run with the batch's
+    INSERTs (BatchWriter.commit).
+    """
+    now = timezone.now()
+    if done:
+        # A turn closed twice keeps its first end (the console's charts).
+        changes = "turn = %s, lease_until = NULL, turn_finished_at = COALESCE(turn_finished_at, %s)"
+        values = [Message.Turn.DONE, sql.prep(Message, "turn_finished_at", now)]
+    else:
+        changes = "lease_until = %s"
+        values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
+    statement = f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}"
+    return statement, [*values, *_owned(turn).values()]
+
+
+def lock_task(task_pk) -> Task:
+    """The task, with its context and has_push_configs, its row locked for the rest of the transaction.
+
+    Hand-written SQL (tenants/sql.py): every batch of every turn starts here.
+    """
+    # The status message is not joined: a batch replaces it or (with a view) finds it
+    # there; only the rare reader without one loads it. SQLite has no row locks: its
+    # write transactions (IMMEDIATE) run one at a time.
+    lock = " FOR UPDATE OF t" if connection.features.has_select_for_update_of else ""
+    row = sql.fetch_one(
+        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, "
+        f"EXISTS (SELECT 1 FROM {sql.table(PushConfig)} p WHERE p.task_id = t.id) "
+        f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE t.id = %s{lock}",
+        [sql.prep(Task, "id", task_pk)],
+    )
+    if row is None:
+        raise Task.DoesNotExist(f"Task {task_pk} does not exist")
+    task, context = sql.hydrate_all(row, Task, Context)
+    task.context = context
+    task.has_push_configs = bool(row[-1])
+    return task

@@ -1,0 +1,181 @@
+"""Running a turn: claimed and set up, the agent's execute() on the thread's loop, watched, closed."""
+
+import asyncio
+import logging
+import time
+
+from django.conf import settings
+
+from agents.registry import HandlerNotAvailable
+from tasks_app import engine, metrics
+from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.events import Feed, cancel_group_name
+from tasks_app.turns.batches import TurnEventQueue
+from tasks_app.turns.cancel import AGENT_CANCEL_TIMEOUT, cancel_agent
+from tasks_app.turns.closing import turn_finish
+from tasks_app.turns.lease import (
+    CANCELED,
+    LOST,
+    TIMED_OUT,
+    Turn,
+    TurnAborted,
+    TurnTimedOut,
+    retrying,
+    turn_renew,
+)
+from tasks_app.turns.setup import Claim, claim_and_prepare
+
+logger = logging.getLogger(__name__)
+
+# How long a cancelled helper (the agent's execution, the watcher) gets to
+# stop. Code can swallow a cancellation; the turn must finish regardless.
+STOP_TIMEOUT = 5.0
+
+# Seconds a turn runs before it listens for its task's cancellation.
+LISTEN_AFTER = 0.25
+
+
+def turn_run(*, task_id: str, message_pk: int) -> None:
+    """Run one turn on this worker thread: claim it and run it on the thread's own loop."""
+    engine.run_here(turn_drive(task_id, message_pk))
+
+
+async def turn_drive(task_pk, message_pk: int) -> None:
+    started = time.perf_counter()
+    error: BaseException | None = None
+    executor = None
+    turn = None
+    queue = None
+    cancel_given = False
+    lost = False
+    try:
+        setup = await retrying(claim_and_prepare, task_pk, message_pk, Claim())
+        if setup is None:
+            return
+        turn, executor, request_context, view = setup
+        queue = TurnEventQueue(turn, view)
+        if isinstance(executor, Exception):
+            failed, executor = executor, None
+            raise failed
+        # At debug level: the turn's end says all at INFO, one line a turn.
+        logger.debug(
+            "Turn %s of task %s started (handler %s, attempt %s)",
+            message_pk,
+            task_pk,
+            type(executor).__name__,
+            turn.attempt,
+        )
+        execution = asyncio.ensure_future(executor.execute(request_context, queue))
+        watcher = asyncio.ensure_future(_watch(turn))
+        await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if execution.done():
+            watcher.cancel()
+            await asyncio.wait({watcher}, timeout=STOP_TIMEOUT)
+            error = execution.exception()
+            if error is not None and not isinstance(error, TurnAborted):
+                logger.warning("The agent of task %s raised in turn %s", task_pk, message_pk, exc_info=error)
+            # What the agent emitted last may still wait for its batch.
+            try:
+                await queue.flush()
+            except TurnAborted:
+                pass
+            except Exception as exc:
+                error = error or exc
+            # A batch written in the background that failed fails the turn with its own reason.
+            error = error or queue.error
+        else:
+            reason = watcher.result()
+            queue.close()
+            execution.cancel()
+            await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
+            if not execution.done():
+                logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
+            if reason == LOST and queue.finished:
+                lost = True  # the agent's own last batch closed the turn; nothing was lost
+            elif reason == LOST:
+                lost = True
+                logger.warning(
+                    "Turn %s of task %s lost its lease; left to the worker that has it", message_pk, task_pk
+                )
+            elif reason == TIMED_OUT:
+                error = TurnTimedOut(f"the turn ran longer than the agent's limit of {turn.timeout:g} s")
+            else:
+                # Give the executor its chance to clean up; its events are not stored.
+                cancel_given = True
+                await cancel_agent(task_pk, executor, timeout=STOP_TIMEOUT)
+    except HandlerNotAvailable as exc:
+        error = exc
+    except Exception as exc:
+        logger.exception("Turn %s of task %s crashed", message_pk, task_pk)
+        error = exc
+    finally:
+        outcome = _outcome(error, lost, cancel_given)
+        if turn is not None:
+            metrics.turn_done(turn.handler, outcome, time.perf_counter() - started)
+        if turn is not None and not lost and not (queue is not None and queue.finished):
+            if isinstance(error, TurnAborted):
+                error = None
+            canceled = await retrying(turn_finish, task_pk, message_pk, error, attempt=turn.attempt)
+            if canceled and not cancel_given and not queue.ended_task:
+                # Canceled from outside while this turn was still running, but not
+                # stopped by the watcher: the execution had already returned (the
+                # task went input-required, say) or ran into the CANCELED state.
+                # task_cancel saw this turn running and left the agent's cancel()
+                # to it.
+                await cancel_agent(task_pk, executor, timeout=AGENT_CANCEL_TIMEOUT)
+        if turn is not None:
+            logger.info(
+                "Turn %s of task %s ended: %s (handler %s, attempt %s, %.1f ms)",
+                message_pk,
+                task_pk,
+                outcome,
+                turn.handler,
+                turn.attempt,
+                1000 * (time.perf_counter() - started),
+            )
+
+
+def _outcome(error: BaseException | None, lost: bool, canceled: bool) -> str:
+    """How a turn ended, as the turn metrics label it."""
+    if lost:
+        return "lost"
+    if isinstance(error, TurnTimedOut):
+        return "timed_out"
+    if canceled:
+        return "canceled"
+    if error is not None and not isinstance(error, TurnAborted):
+        return "failed"
+    return "ok"
+
+
+async def _watch(turn: Turn) -> str:
+    """Return why the turn must stop: canceled, lease lost, or out of time. Renews the lease meanwhile."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + turn.timeout
+    # Most turns end within moments, before a cancel could matter: only a turn
+    # that runs on listens for one. Once it listens it looks at the store at
+    # once (a renewal reads the task's state), for a cancel sent before that.
+    await asyncio.sleep(min(LISTEN_AFTER, turn.timeout))
+    next_renewal = loop.time()
+    feed = Feed(turn.task_pk, group=cancel_group_name(turn.task_pk))
+    await feed.join()
+    try:
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                return TIMED_OUT
+            message = await feed.receive(timeout=max(min(next_renewal, deadline) - now, 0.01))
+            if message is not None and message.get("type") == "task.cancel":
+                return CANCELED
+            if loop.time() >= next_renewal:
+                try:
+                    status = await db(turn_renew, turn)
+                except UNAVAILABLE_ERRORS as exc:
+                    # The lease may lapse meanwhile; the next batch's check tells.
+                    logger.warning("Could not renew the lease of turn %s: %r", turn.message_pk, exc)
+                    status = None
+                if status is not None:
+                    return status
+                next_renewal = loop.time() + settings.A2A_TURN_HEARTBEAT
+    finally:
+        await feed.close()

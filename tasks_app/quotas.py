@@ -139,15 +139,23 @@ def running_turns(tenant: Tenant) -> int:
     return Message.objects.filter(tenant=tenant, turn__in=OPEN_TURNS).count()
 
 
-def _needs_check(tenant: Tenant, method: str) -> bool:
-    return bool(tenant.rate_limit_per_minute or (tenant.max_running_turns and method in SUBMIT_METHODS))
+def _looks_at_turns(tenant: Tenant, method: str, idempotency_key: str) -> bool:
+    # A send with an Idempotency-Key may repeat one that was stored (its answer lost): that one is
+    # answered with its task whatever the quota, so only the send's transaction judges it
+    # (quota_turn_claim runs after the key is looked up).
+    return bool(tenant.max_running_turns and method in SUBMIT_METHODS and not idempotency_key)
 
 
-def quota_check(caller: Caller, method: str, source: str = "") -> None:
+def _needs_check(tenant: Tenant, method: str, idempotency_key: str) -> bool:
+    return bool(tenant.rate_limit_per_minute or _looks_at_turns(tenant, method, idempotency_key))
+
+
+def quota_check(caller: Caller, method: str, source: str = "", *, idempotency_key: str = "") -> None:
     """Raise QuotaExceeded if the request `method` of `caller` from address `source` is over a limit.
 
     Counts the request against the caller's rate. Synchronous (Redis, the
-    database); async code calls quota_admit.
+    database); async code calls quota_admit. `idempotency_key`: the send's, if it
+    has one.
     """
     tenant = caller.tenant
     limit = tenant.rate_limit_per_minute
@@ -164,7 +172,7 @@ def quota_check(caller: Caller, method: str, source: str = "") -> None:
             )
     most = tenant.max_running_turns
     # Unlocked, so only early: quota_turn_claim decides, in the transaction that stores the send.
-    if most and method in SUBMIT_METHODS and running_turns(tenant) >= most:
+    if _looks_at_turns(tenant, method, idempotency_key) and running_turns(tenant) >= most:
         _refuse_turn(most)
 
 
@@ -198,10 +206,10 @@ def _refuse_turn(most: int):
     )
 
 
-async def quota_admit(caller: Caller, method: str, source: str = "") -> None:
+async def quota_admit(caller: Caller, method: str, source: str = "", *, idempotency_key: str = "") -> None:
     """The bindings' entry point: quota_check, without a thread hop for a tenant with no limit."""
-    if _needs_check(caller.tenant, method):
-        await db(quota_check, caller, method, source)
+    if _needs_check(caller.tenant, method, idempotency_key):
+        await db(quota_check, caller, method, source, idempotency_key=idempotency_key)
 
 
 @dataclass

@@ -103,7 +103,8 @@ def message_send(
     task_pk: the id a new task gets (a caller that listens for the task's
     events before it exists); a new random one without it.
 
-    admit_turn(tenant) runs first in the transaction and may refuse the send:
+    admit_turn(tenant) runs in the transaction before anything is stored (after
+    the idempotency key: a repeat is answered as before) and may refuse the send:
     the bindings pass quotas.quota_turn_claim, which holds the tenant to its
     max_running_turns exactly (the console's answers pass nothing).
     """
@@ -117,8 +118,6 @@ def message_send(
         hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
     )
     with transaction.atomic():
-        if admit_turn is not None:
-            admit_turn(caller.tenant)
         if message.task_id:
             task = _task_to_continue(caller, message)
         else:
@@ -137,6 +136,9 @@ def message_send(
                 # its task was never saved and no turn is dispatched.
                 transaction.set_rollback(True)
                 return SendOutcome(task=previous, seq_before=0, duplicate=True)
+        if admit_turn is not None:
+            # After the key: a send stored already is answered with its task, whatever the quota.
+            admit_turn(caller.tenant)
         if message.task_id:
             seq_before = _continue_task(caller, task, message, push_config, decision)
             snapshot = None

@@ -218,6 +218,49 @@ def test_sends_over_the_running_turns_limit_wait_until_a_turn_ends(server, store
     assert Task.objects.filter(tenant=tenant).count() == 3
 
 
+def test_a_repeated_send_of_a_full_tenant_is_answered_with_the_task_it_stored(server, stored):
+    # The caller's answer was lost; it sends again with the same Idempotency-Key. Its own turn
+    # fills the tenant, but the send was stored: it gets that task, not "too many running turns".
+    tenant = make_tenant(max_running_turns=1)
+    key = {"Idempotency-Key": f"quota-{uuid.uuid4()}"}
+    body = new_message("hi")
+    first = httpx.post(
+        url(server.base_url, tenant, "slow", "message:send"),
+        json=body | {"configuration": {"returnImmediately": True}},
+        headers={"A2A-Version": "1.0", **key},
+        timeout=30,
+    )
+    assert first.status_code == 200, first.text
+    task_id = first.json()["task"]["id"]
+    for send in (
+        lambda: httpx.post(
+            url(server.base_url, tenant, "slow", "message:send"),
+            json=body | {"configuration": {"returnImmediately": True}},
+            headers={"A2A-Version": "1.0", **key},
+            timeout=30,
+        ),
+        lambda: rpc(
+            server.base_url,
+            tenant,
+            "slow",
+            "SendMessage",
+            body | {"configuration": {"returnImmediately": True}},
+            headers=key,
+        ),
+    ):
+        again = send()
+        assert again.status_code == 200, again.text
+        answer = again.json()
+        assert answer.get("result", answer)["task"]["id"] == task_id
+    # A new send is still refused, with or without a key of its own.
+    assert_retry_after(rest_send(server.base_url, tenant, "slow", returnImmediately=True), at_most=5)
+    other_key = {"Idempotency-Key": f"quota-{uuid.uuid4()}"}
+    refused = rest_send(server.base_url, tenant, "slow", other_key, returnImmediately=True)
+    assert_retry_after(refused, at_most=5)
+    assert refused.json()["error"]["details"][0]["reason"] == "RUNNING_TURNS_EXCEEDED"
+    assert Task.objects.filter(tenant=tenant).count() == 1
+
+
 @pytest.mark.skipif(not SERVICES_MODE, reason="the embedded default is one process")
 def test_the_rate_holds_across_web_processes(server, stored, db_settings, log_dir):
     tenant = make_tenant(rate_limit_per_minute=4)

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import ssl
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -287,9 +288,11 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     # The secrets are stored encrypted (tasks_app/fields.py); no key opening them fails the attempt.
     if isinstance(config.token, Undecryptable) or isinstance(config.auth_credentials, Undecryptable):
         return None, UNDECRYPTABLE_ERROR
+    # PUSH_TIMEOUT bounds the whole attempt: the lookup, then the request in what is left.
+    deadline = time.monotonic() + settings.PUSH_TIMEOUT
     try:
         # Checked again at send time: the host's DNS may have changed since the config was made.
-        # The lookup gets PUSH_TIMEOUT too: a DNS server that never answers fails the attempt.
+        # A DNS server that never answers fails the attempt.
         target = url_check(
             config.url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS, timeout=settings.PUSH_TIMEOUT
         )
@@ -307,7 +310,9 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
         headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}".rstrip()
     body = json.dumps(delivery.event.payload, separators=(",", ":")).encode()
     try:
-        status, reason = engine.run(_send(target.pinned_url, headers, body, target.extensions))
+        status, reason = engine.run(
+            _send(target.pinned_url, headers, body, target.extensions, deadline - time.monotonic())
+        )
     except httpx.HTTPError as exc:
         return None, f"{exc.__class__.__name__}: {exc}"[:1000]
     except TimeoutError:
@@ -317,8 +322,10 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     return status, f"HTTP {status} {reason}"[:1000]
 
 
-async def _send(url: httpx.URL, headers: dict, body: bytes, extensions: dict) -> tuple[int, str]:
-    """The POST, on the engine loop: PUSH_TIMEOUT bounds the whole request, not each read.
+async def _send(
+    url: httpx.URL, headers: dict, body: bytes, extensions: dict, budget: float
+) -> tuple[int, str]:
+    """The POST, on the engine loop: `budget` seconds bound the whole request, not each read.
 
     httpx's timeout is per operation: a receiver that sent its answer a byte
     at a time held the worker thread as long as it liked, past the attempt's
@@ -327,7 +334,7 @@ async def _send(url: httpx.URL, headers: dict, body: bytes, extensions: dict) ->
     # No proxies from the environment and no redirects: either would undo the address check.
     async with httpx.AsyncClient(timeout=settings.PUSH_TIMEOUT, verify=_tls(), trust_env=False) as client:
         request = client.build_request("POST", url, headers=headers, content=body, extensions=extensions)
-        async with asyncio.timeout(settings.PUSH_TIMEOUT):
+        async with asyncio.timeout(max(budget, 0.0)):
             response = await client.send(request, stream=True, follow_redirects=False)
             # The body is not read: a receiver only owes us a status code.
             await response.aclose()

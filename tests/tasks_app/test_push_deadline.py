@@ -1,20 +1,26 @@
-"""A webhook receiver gets PUSH_TIMEOUT for its whole answer, not for each byte of it.
+"""A webhook attempt gets PUSH_TIMEOUT in all: for its host's lookup and the receiver's whole answer.
 
 httpx's timeout is per operation: a receiver that sent its status line a byte
 at a time held the worker thread as long as it liked, past the attempt's
-lease, after which the sweep sent the event again.
+lease, after which the sweep sent the event again. A slow lookup before it
+must not add a PUSH_TIMEOUT of its own.
 """
 
 import socket
 import threading
 import time
+import uuid
 
 import httpx
 import pytest
 from django.test import override_settings
 
+from agents import outbound
 from tasks_app import engine
-from tasks_app.push import _send
+from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
+from tasks_app.push import _send, push_deliver
+from tests.conftest import user_message
+from tests.dns_server import finishes_within
 
 
 @pytest.fixture
@@ -50,8 +56,36 @@ def dripping_receiver():
 
 def test_a_receiver_that_answers_a_byte_at_a_time_runs_out_of_time(dripping_receiver):
     started = time.monotonic()
-    with override_settings(PUSH_TIMEOUT=1.0):
-        with pytest.raises(TimeoutError):
-            engine.run(_send(httpx.URL(dripping_receiver), {}, b"{}", {}))
+    with pytest.raises(TimeoutError):
+        engine.run(_send(httpx.URL(dripping_receiver), {}, b"{}", {}, 1.0))
     # Each byte came well within the timeout; the whole answer did not.
     assert time.monotonic() - started < 3
+
+
+def test_a_slow_lookup_leaves_the_receiver_only_what_is_left_of_the_attempt(
+    rpc, stored, dripping_receiver, monkeypatch
+):
+    def slow_lookup(host, port, *args, **kwargs):
+        time.sleep(0.8)  # a DNS server that answers late, within the attempt's time
+        return socket.getaddrinfo("127.0.0.1", port, *args, **kwargs)
+
+    monkeypatch.setattr(outbound, "getaddrinfo", slow_lookup)
+    sent = rpc("SendMessage", user_message("hi", f"late-dns-{uuid.uuid4()}"))["result"]["task"]
+    task = Task.objects.get(pk=sent["id"])
+    event = TaskEvent.objects.filter(task=task).order_by("seq").first()
+    port = httpx.URL(dripping_receiver).port
+    config = PushConfig.objects.create(
+        tenant_id=task.tenant_id, task=task, config_id="late", url=f"http://hooks.late.test:{port}/hook"
+    )
+    try:
+        delivery = PushDelivery.objects.create(config=config, event=event, seq=event.seq)
+        started = time.monotonic()
+        with override_settings(PUSH_TIMEOUT=1.0, PUSH_MAX_ATTEMPTS=1, PUSH_ALLOW_PRIVATE_NETWORKS=True):
+            assert finishes_within(10, push_deliver, config.pk, event.seq) == 1
+        # 0.8 s looking up, 0.2 s for the receiver: not 0.8 + 1.0 (1.8 s and more).
+        assert time.monotonic() - started < 1.65
+        delivery.refresh_from_db()
+        assert delivery.status == PushDelivery.Status.GIVEN_UP
+        assert delivery.error == "No answer within 1 s"
+    finally:
+        config.delete()

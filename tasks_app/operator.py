@@ -88,7 +88,12 @@ def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -
         parts=parts,
     )
     try:
-        message_send(operator_caller(task, user), pb.SendMessageRequest(message=message), decision=decision)
+        message_send(
+            operator_caller(task, user),
+            pb.SendMessageRequest(message=message),
+            decision=decision,
+            count_turn=False,
+        )
     except UnsupportedOperationError as error:
         # The task stopped waiting (terminal, or answered) between our check and the send.
         raise TaskConflict(_current(task), error.message) from None

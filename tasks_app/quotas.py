@@ -21,25 +21,28 @@ Two limits, both set per tenant (tenants.Tenant; None means no limit):
 
 The bindings call quota_admit() after resolving the caller (the rate, and an
 early, unlocked look at the running turns that refuses a full tenant without
-opening a transaction); message_send calls quota_turn_claim(). A refusal
-raises QuotaExceeded (tasks_app/protocol/errors.py), which every binding
+opening a transaction, unless the send repeats one stored under its
+Idempotency-Key); message_send calls quota_turn_claim(). A refusal raises
+QuotaExceeded (defined here), which every binding
 answers as "too many requests" with the seconds to wait. If Redis cannot be
 reached the rate is not enforced (logged) rather than refusing every caller.
 """
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from a2a.utils.error_handlers import A2A_DOMAIN, ERROR_INFO_TYPE
+from a2a.utils.errors import A2AError
 from django.conf import settings
 
 from tasks_app import metrics
 from tasks_app.access import Caller
 from tasks_app.db import db
-from tasks_app.models import Message
-from tasks_app.protocol.errors import QuotaExceeded
+from tasks_app.models import IdempotencyKey, Message
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,38 @@ RUNNING_TURNS_RETRY_AFTER = 5
 # After Redis fails, skip it for this long instead of waiting on it in every request.
 REDIS_BACKOFF_SECONDS = 5.0
 OPEN_TURNS = (Message.Turn.PENDING, Message.Turn.RUNNING)
+RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+class QuotaExceeded(A2AError):
+    """A tenant's quota refuses the request before anything is stored.
+
+    `reason` is "RATE_LIMIT_EXCEEDED" (requests per minute) or "RUNNING_TURNS_EXCEEDED";
+    `retry_after` the whole seconds to wait; `limit` the limit that refused. Every
+    binding answers it as "too many requests": HTTP 429 with Retry-After (REST and
+    JSON-RPC), JSON-RPC code QUOTA_EXCEEDED_CODE with data {"retryAfter", "reason",
+    "limit"}, gRPC RESOURCE_EXHAUSTED (with ErrorInfo and RetryInfo details).
+    """
+
+    RATE = "RATE_LIMIT_EXCEEDED"
+    RUNNING_TURNS = "RUNNING_TURNS_EXCEEDED"
+
+    def __init__(self, message: str, *, reason: str, retry_after: float, limit: int):
+        self.reason = reason
+        # Whole seconds, at least one: Retry-After takes an integer.
+        self.retry_after = max(1, math.ceil(retry_after))
+        self.limit = limit
+        super().__init__(
+            message=message, data={"retryAfter": self.retry_after, "reason": reason, "limit": limit}
+        )
+
+    def details(self) -> list[dict]:
+        """google.rpc details: ErrorInfo (reason, domain, metadata) and RetryInfo."""
+        metadata = {"retryAfter": str(self.retry_after), "limit": str(self.limit)}
+        return [
+            {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": A2A_DOMAIN, "metadata": metadata},
+            {"@type": RETRY_INFO_TYPE, "retryDelay": f"{self.retry_after}s"},
+        ]
 
 
 def _window(now: float) -> int:
@@ -139,15 +174,21 @@ def running_turns(tenant: Tenant) -> int:
     return Message.objects.filter(tenant=tenant, turn__in=OPEN_TURNS).count()
 
 
-def _looks_at_turns(tenant: Tenant, method: str, idempotency_key: str) -> bool:
-    # A send with an Idempotency-Key may repeat one that was stored (its answer lost): that one is
-    # answered with its task whatever the quota, so only the send's transaction judges it
-    # (quota_turn_claim runs after the key is looked up).
-    return bool(tenant.max_running_turns and method in SUBMIT_METHODS and not idempotency_key)
+def _needs_check(tenant: Tenant, method: str) -> bool:
+    return bool(tenant.rate_limit_per_minute or (tenant.max_running_turns and method in SUBMIT_METHODS))
 
 
-def _needs_check(tenant: Tenant, method: str, idempotency_key: str) -> bool:
-    return bool(tenant.rate_limit_per_minute or _looks_at_turns(tenant, method, idempotency_key))
+def _stored_send(caller: Caller, idempotency_key: str) -> bool:
+    """Whether this send repeats one stored under its Idempotency-Key (its answer lost, say).
+
+    Such a send is answered with the task it stored, whatever the count: its
+    transaction finds the key before quota_turn_claim counts.
+    """
+    if not idempotency_key:
+        return False
+    return IdempotencyKey.objects.filter(
+        agent=caller.agent, caller=caller.principal, key=idempotency_key
+    ).exists()
 
 
 def quota_check(caller: Caller, method: str, source: str = "", *, idempotency_key: str = "") -> None:
@@ -172,7 +213,12 @@ def quota_check(caller: Caller, method: str, source: str = "", *, idempotency_ke
             )
     most = tenant.max_running_turns
     # Unlocked, so only early: quota_turn_claim decides, in the transaction that stores the send.
-    if _looks_at_turns(tenant, method, idempotency_key) and running_turns(tenant) >= most:
+    if (
+        most
+        and method in SUBMIT_METHODS
+        and running_turns(tenant) >= most
+        and not _stored_send(caller, idempotency_key)
+    ):
         _refuse_turn(most)
 
 
@@ -208,7 +254,7 @@ def _refuse_turn(most: int):
 
 async def quota_admit(caller: Caller, method: str, source: str = "", *, idempotency_key: str = "") -> None:
     """The bindings' entry point: quota_check, without a thread hop for a tenant with no limit."""
-    if _needs_check(caller.tenant, method, idempotency_key):
+    if _needs_check(caller.tenant, method):
         await db(quota_check, caller, method, source, idempotency_key=idempotency_key)
 
 

@@ -8,7 +8,6 @@ the transaction commits.
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -37,9 +36,9 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
+from tasks_app.quotas import quota_turn_claim
 from tasks_app.selectors import snapshot_of, task_snapshot
 from tenants import sql
-from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ def message_send(
     reply_as_message: bool = True,
     decision: str | None = None,
     task_pk: uuid.UUID | None = None,
-    admit_turn: Callable[[Tenant], None] | None = None,
+    count_turn: bool = True,
 ) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
@@ -103,10 +102,11 @@ def message_send(
     task_pk: the id a new task gets (a caller that listens for the task's
     events before it exists); a new random one without it.
 
-    admit_turn(tenant) runs in the transaction before anything is stored (after
-    the idempotency key: a repeat is answered as before) and may refuse the send:
-    the bindings pass quotas.quota_turn_claim, which holds the tenant to its
-    max_running_turns exactly (the console's answers pass nothing).
+    count_turn: the turn counts against the tenant's max_running_turns
+    (quotas.quota_turn_claim, in the transaction, after the idempotency key:
+    a repeat is answered with its task whatever the count; a refusal rolls
+    back what the send wrote so far). The console's answers pass False: an
+    operator's answer is never sent back for a later try.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -136,9 +136,9 @@ def message_send(
                 # its task was never saved and no turn is dispatched.
                 transaction.set_rollback(True)
                 return SendOutcome(task=previous, seq_before=0, duplicate=True)
-        if admit_turn is not None:
+        if count_turn:
             # After the key: a send stored already is answered with its task, whatever the quota.
-            admit_turn(caller.tenant)
+            quota_turn_claim(caller.tenant)
         if message.task_id:
             seq_before = _continue_task(caller, task, message, push_config, decision)
             snapshot = None

@@ -1,9 +1,8 @@
 """A2A errors in the shapes each binding sends them."""
 
 import json
-import math
 
-from a2a.utils.error_handlers import A2A_DOMAIN, ERROR_INFO_TYPE, build_error_details
+from a2a.utils.error_handlers import A2A_DOMAIN, build_error_details
 from a2a.utils.errors import (
     A2A_ERROR_MAPPING,
     A2A_ERROR_REASONS,
@@ -17,6 +16,7 @@ from a2a.utils.errors import (
 from a2a.utils.proto_utils import validation_errors_to_bad_request
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from tasks_app.quotas import QuotaExceeded
 from tasks_app.services import IdempotencyKeyReused
 
 # Seconds a client is told to wait before retrying when the store is unavailable.
@@ -35,38 +35,6 @@ class StoreUnavailable(InternalError):
 # The JSON-RPC code of QuotaExceeded: in the server-error range the spec leaves to
 # implementations (-32000 to -32099), clear of A2A's own -32001 to -32009.
 QUOTA_EXCEEDED_CODE = -32029
-RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
-
-
-class QuotaExceeded(A2AError):
-    """A tenant's quota refuses the request before anything is stored (tasks_app/quotas.py).
-
-    `reason` is "RATE_LIMIT_EXCEEDED" (requests per minute) or "RUNNING_TURNS_EXCEEDED";
-    `retry_after` the whole seconds to wait; `limit` the limit that refused. Every
-    binding answers it as "too many requests": HTTP 429 with Retry-After (REST and
-    JSON-RPC), JSON-RPC code QUOTA_EXCEEDED_CODE with data {"retryAfter", "reason",
-    "limit"}, gRPC RESOURCE_EXHAUSTED (with ErrorInfo and RetryInfo details).
-    """
-
-    RATE = "RATE_LIMIT_EXCEEDED"
-    RUNNING_TURNS = "RUNNING_TURNS_EXCEEDED"
-
-    def __init__(self, message: str, *, reason: str, retry_after: float, limit: int):
-        self.reason = reason
-        # Whole seconds, at least one: Retry-After takes an integer.
-        self.retry_after = max(1, math.ceil(retry_after))
-        self.limit = limit
-        super().__init__(
-            message=message, data={"retryAfter": self.retry_after, "reason": reason, "limit": limit}
-        )
-
-    def details(self) -> list[dict]:
-        """google.rpc details: ErrorInfo (reason, domain, metadata) and RetryInfo."""
-        metadata = {"retryAfter": str(self.retry_after), "limit": str(self.limit)}
-        return [
-            {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": A2A_DOMAIN, "metadata": metadata},
-            {"@type": RETRY_INFO_TYPE, "retryDelay": f"{self.retry_after}s"},
-        ]
 
 
 class RequestContentTypeNotSupported(ContentTypeNotSupportedError):

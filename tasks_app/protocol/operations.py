@@ -23,7 +23,6 @@ from tasks_app.protocol.auth import check_tenant
 from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
-from tasks_app.quotas import quota_turn_claim
 from tasks_app.selectors import (
     DEFAULT_HISTORY_LENGTH,
     history_to_read,
@@ -114,8 +113,6 @@ async def _accept(
 def _resolved_send(send, call, request: pb.SendMessageRequest, checks, **options) -> tuple[Call, SendOutcome]:
     call = call.resolve()
     checks(call, request)
-    # The running turns' limit, counted again under a lock in the transaction that stores the send.
-    options["admit_turn"] = quota_turn_claim
     return call, send(call.caller, request, idempotency_key=call.idempotency_key, **options)
 
 

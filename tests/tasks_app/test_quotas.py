@@ -15,8 +15,9 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, set_token_value
 
 from agents.models import Agent
+from tasks_app.access import Caller
 from tasks_app.models import Task
-from tasks_app.quotas import WINDOW_SECONDS
+from tasks_app.quotas import WINDOW_SECONDS, QuotaExceeded, quota_check
 from tenants.models import Application, Tenant
 from tenants.services import oauth_client_create
 from tests.api.tenancy import new_message
@@ -259,6 +260,26 @@ def test_a_repeated_send_of_a_full_tenant_is_answered_with_the_task_it_stored(se
     assert_retry_after(refused, at_most=5)
     assert refused.json()["error"]["details"][0]["reason"] == "RUNNING_TURNS_EXCEEDED"
     assert Task.objects.filter(tenant=tenant).count() == 1
+
+
+def test_the_early_look_lets_through_only_a_keyed_send_whose_key_is_stored(server, stored):
+    # A new key at a full tenant is refused before the send opens a transaction (where it would
+    # queue on the tenant's row with a database thread held); only a stored key goes on.
+    tenant = make_tenant(max_running_turns=1)
+    key = f"early-{uuid.uuid4()}"
+    first = rest_send(server.base_url, tenant, "slow", {"Idempotency-Key": key}, returnImmediately=True)
+    assert first.status_code == 200, first.text
+    caller = Caller(tenant=tenant, agent=Agent.objects.get(tenant=tenant, slug="slow"))
+    quota_check(caller, "SendMessage", idempotency_key=key)  # its task is answered again
+    with pytest.raises(QuotaExceeded) as refused:
+        quota_check(caller, "SendMessage", idempotency_key=f"early-{uuid.uuid4()}")
+    assert refused.value.reason == QuotaExceeded.RUNNING_TURNS
+    with pytest.raises(QuotaExceeded):
+        quota_check(caller, "SendMessage")
+    # The same key from another caller is not that caller's stored send.
+    other = Caller(tenant=tenant, agent=caller.agent, principal="client:someone-else")
+    with pytest.raises(QuotaExceeded):
+        quota_check(other, "SendMessage", idempotency_key=key)
 
 
 @pytest.mark.skipif(not SERVICES_MODE, reason="the embedded default is one process")

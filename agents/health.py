@@ -17,6 +17,7 @@ from datetime import datetime
 from django.core.cache import cache
 from django.utils import timezone
 
+from agents.outbound import deadline
 from agents.registry import (
     ConfigInvalid,
     HandlerNotAvailable,
@@ -28,8 +29,10 @@ from agents.registry import (
 logger = logging.getLogger(__name__)
 
 HEALTH_TTL = 60
-# Agents checked at once by agents_health(); each check waits 2 s at most for the network.
+# Agents checked at once by agents_health().
 PARALLEL_CHECKS = 8
+# A check's host lookups (its config's URLs, then the readiness check's) end within this, together.
+CHECK_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -69,24 +72,30 @@ def agents_health(agents) -> dict[int, AgentHealth]:
     return result
 
 
-def _check(agent) -> AgentHealth:
-    def refused(reason: str) -> AgentHealth:
-        return AgentHealth(ok=False, reason=reason, checked_at=timezone.now())
+def _refused(reason: str) -> AgentHealth:
+    return AgentHealth(ok=False, reason=reason, checked_at=timezone.now())
 
+
+def _check(agent) -> AgentHealth:
     try:
         load_handler(agent.handler)
     except HandlerNotAvailable as exc:
-        return refused(f"Its handler is missing: {exc}.")
+        return _refused(f"Its handler is missing: {exc}.")
+    with deadline(CHECK_TIMEOUT):
+        return _checked(agent)
+
+
+def _checked(agent) -> AgentHealth:
     try:
         validate_handler_config(agent.handler, agent.config)
     except ConfigInvalid as exc:
-        return refused(f"Its config is invalid: {exc}")
+        return _refused(f"Its config is invalid: {exc}")
     try:
         handler_check_ready(agent.handler, agent.config)
     except (ConfigInvalid, ValueError, OSError) as exc:
         text = str(exc)
-        return refused(f"{text[:1].upper()}{text[1:]}")
+        return _refused(f"{text[:1].upper()}{text[1:]}")
     except Exception as exc:  # a handler's own check must not break the page
         logger.exception("Readiness check of agent %s failed", agent.pk)
-        return refused(f"Its handler's readiness check failed: {exc.__class__.__name__}: {exc}")
+        return _refused(f"Its handler's readiness check failed: {exc.__class__.__name__}: {exc}")
     return AgentHealth(ok=True, reason="", checked_at=timezone.now())

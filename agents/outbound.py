@@ -10,9 +10,12 @@ deadline: a DNS server that never answers is a refused URL, not a held thread.
 """
 
 import ipaddress
+import math
 import socket
 import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import httpx
@@ -37,9 +40,16 @@ METADATA_ADDRESSES = frozenset(
 )
 # How long a name may take to resolve when the caller has no deadline of its own.
 LOOKUP_TIMEOUT = 10.0
-# How many lookups may wait on a DNS server at once (each holds a thread of its own).
+# How many names may be looked up at once (each lookup holds a thread of its own, for as long
+# as the system resolver waits on a silent DNS server), and how many of them under one domain
+# (its last two labels): a tenant whose webhook names a domain that never answers does not use
+# up every lookup of the process. Callers asking for a name already being looked up share it.
 MAX_LOOKUPS = 64
-_lookups = threading.BoundedSemaphore(MAX_LOOKUPS)
+MAX_LOOKUPS_PER_DOMAIN = 8
+_pending_lock = threading.Lock()
+_pending: dict[str, "_Lookup"] = {}
+# When every lookup in a block must end (deadline()); none outside one.
+_deadline: ContextVar[float] = ContextVar("outbound_deadline", default=math.inf)
 # The name lookup. A module attribute so that a test can put a resolver on loopback in its place.
 getaddrinfo = socket.getaddrinfo
 
@@ -148,8 +158,40 @@ def url_syntax_check(url: str, *, allow_private: bool) -> httpx.URL:
     return _parsed(url, Screen(allow_private=allow_private))
 
 
+@contextmanager
+def deadline(seconds: float):
+    """Every lookup in the block ends within `seconds` from now, whatever timeout it is given.
+
+    For a check that looks up several names (a config's URLs, a card and its
+    interfaces): together they take no longer than the check may.
+    """
+    token = _deadline.set(min(_deadline.get(), time.monotonic() + seconds))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def time_left(timeout: float) -> float:
+    """`timeout`, or what is left of the enclosing deadline() if that ends sooner."""
+    return max(0.0, min(timeout, _deadline.get() - time.monotonic()))
+
+
+class _Lookup:
+    """One name's getaddrinfo on a thread of its own; its answer or its exception once done."""
+
+    def __init__(self, domain: str):
+        self.domain = domain
+        self.done = threading.Event()
+        self.answer: list | BaseException | None = None
+
+
+def _domain(host: str) -> str:
+    return ".".join(host.rstrip(".").split(".")[-2:])
+
+
 def _lookup(host: str, port: int, timeout: float) -> list[str]:
-    """The addresses a name resolves to, within `timeout` seconds, else UrlRefused.
+    """The addresses a name resolves to, within `timeout` seconds (or the deadline()), else UrlRefused.
 
     getaddrinfo has no deadline of the caller's (the system resolver waits and
     retries as resolv.conf says, an NSS module as long as it likes) and cannot
@@ -162,34 +204,49 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
         return [info[4][0] for info in infos]
     except (OSError, UnicodeError):
         pass
-    deadline = time.monotonic() + timeout
-    late = UrlRefused(f"the host '{host}' did not resolve within {timeout:.3g} s")
-    if not _lookups.acquire(timeout=timeout):
-        raise late  # MAX_LOOKUPS lookups are stuck on a DNS server that does not answer
-    answer: list = []
-    done = threading.Event()
+    timeout = time_left(timeout)
+    name = host.lower().rstrip(".")
+    with _pending_lock:
+        lookup = _pending.get(name)
+        if lookup is None:
+            domain = _domain(name)
+            if len(_pending) >= MAX_LOOKUPS or (
+                sum(1 for other in _pending.values() if other.domain == domain) >= MAX_LOOKUPS_PER_DOMAIN
+            ):
+                busy = "too many lookups are waiting on DNS; try again later"
+                raise UrlRefused(f"the host '{host}' was not looked up: {busy}")
+            lookup = _pending[name] = _Lookup(domain)
+            _start(lookup, name, host, port)
+    if not lookup.done.wait(timeout):
+        raise UrlRefused(f"the host '{host}' did not resolve within {timeout:.3g} s")
+    answer = lookup.answer
+    if isinstance(answer, OSError | UnicodeError):
+        raise UrlRefused(f"the host '{host}' does not resolve")
+    if isinstance(answer, BaseException):
+        raise answer
+    return [info[4][0] for info in answer]
+
+
+def _start(lookup: _Lookup, name: str, host: str, port: int) -> None:
+    """Run the lookup on a daemon thread (with _pending_lock held); it leaves _pending when done."""
 
     def resolve() -> None:
         try:
-            answer.append(getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except Exception as exc:  # handed to the waiting caller
-            answer.append(exc)
+            lookup.answer = getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except Exception as exc:  # handed to the waiting callers
+            lookup.answer = exc
         finally:
-            _lookups.release()
-            done.set()
+            with _pending_lock:
+                _pending.pop(name, None)
+            lookup.done.set()
 
     try:
         threading.Thread(target=resolve, name=f"lookup {host}"[:60], daemon=True).start()
     except RuntimeError:
-        _lookups.release()
-        raise
-    if not done.wait(max(deadline - time.monotonic(), 0)):
-        raise late
-    if isinstance(answer[0], OSError | UnicodeError):
-        raise UrlRefused(f"the host '{host}' does not resolve")
-    if isinstance(answer[0], Exception):
-        raise answer[0]
-    return [info[4][0] for info in answer[0]]
+        # No thread to be had (the process is at its limit): this lookup ends here.
+        _pending.pop(name, None)
+        lookup.answer = UrlRefused(f"the host '{host}' could not be looked up now; try again later")
+        lookup.done.set()
 
 
 def url_check(

@@ -12,7 +12,6 @@ within the request's own timeout: a DNS server that never answers refuses the UR
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 
 import httpx
@@ -21,7 +20,7 @@ from a2a.types import AgentCard
 from django.conf import settings
 from google.protobuf.json_format import MessageToDict, ParseError
 
-from agents.outbound import LOOKUP_TIMEOUT, Target, UrlRefused, url_check
+from agents.outbound import LOOKUP_TIMEOUT, Target, UrlRefused, deadline, time_left, url_check
 
 CARD_PATH = ".well-known/agent-card.json"
 # A card is a small JSON document; anything much bigger is not one.
@@ -96,14 +95,22 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: float = 5.0) -> RemoteCard:
-    """GET and parse the card at `url` (A2A 1.0 or 0.3); raises CardUnavailable saying why."""
+    """GET and parse the card at `url` (A2A 1.0 or 0.3); raises CardUnavailable saying why.
+
+    Within `timeout` seconds in all: the card's lookup, its GET (each read) and its interfaces' lookups.
+    """
+    with deadline(timeout):
+        return _card_fetch(url, headers, timeout)
+
+
+def _card_fetch(url: str, headers: dict[str, str] | None, timeout: float) -> RemoteCard:
     try:
         target = proxy_url_check(url, timeout=timeout)
     except UrlRefused as exc:
         raise CardUnavailable(f"The card URL is refused: {exc}.") from None
     sent = {**(headers or {}), "Host": target.url.netloc.decode("ascii"), "Accept": "application/json"}
     try:
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
+        with httpx.Client(timeout=max(time_left(timeout), 0.01), trust_env=False) as client:
             url, extensions = target.pinned_url, target.extensions
             request = client.build_request("GET", url, headers=sent, extensions=extensions)
             response = client.send(request, stream=True, follow_redirects=False)
@@ -143,12 +150,12 @@ def card_parse(body: bytes, url: str = "the card", *, timeout: float = LOOKUP_TI
     # supported_protocol_bindings means JSONRPC to the SDK client), so a gRPC
     # interface (host:port, no scheme) is never called and not screened.
     # One deadline for them all: a card listing many names of a silent DNS server holds no one long.
-    deadline = time.monotonic() + timeout
-    for interface in card.supported_interfaces:
-        if interface.protocol_binding.upper() != "JSONRPC":
-            continue
-        try:
-            proxy_url_check(interface.url, timeout=max(deadline - time.monotonic(), 0.01))
-        except UrlRefused as exc:
-            raise CardUnavailable(f"The card's interface {interface.url} is refused: {exc}.") from None
+    with deadline(timeout):
+        for interface in card.supported_interfaces:
+            if interface.protocol_binding.upper() != "JSONRPC":
+                continue
+            try:
+                proxy_url_check(interface.url, timeout=timeout)
+            except UrlRefused as exc:
+                raise CardUnavailable(f"The card's interface {interface.url} is refused: {exc}.") from None
     return RemoteCard(card=card, data=MessageToDict(card))

@@ -46,7 +46,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.outbound import UrlRefused
+from agents.outbound import UrlRefused, deadline, time_left
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, ScreenedTransport, card_fetch, card_url_of, proxy_url_check
 
@@ -239,14 +239,15 @@ class A2AProxyAgentExecutor(AgentExecutor):
     @staticmethod
     def check_ready(config: dict) -> None:
         """The remote agent answers with a usable card, within READY_TIMEOUT seconds."""
-        try:
-            target = remote_target(config, timeout=READY_TIMEOUT)
-        except ProxyConfigError as exc:
-            raise ConfigInvalid(f"{exc}.") from None
-        try:
-            card_fetch(target.card_location, headers=target.headers, timeout=READY_TIMEOUT)
-        except CardUnavailable as exc:
-            raise ConfigInvalid(f"the remote agent is unreachable: {exc}") from None
+        with deadline(READY_TIMEOUT):  # its lookups and the card's fetch together
+            try:
+                target = remote_target(config, timeout=READY_TIMEOUT)
+            except ProxyConfigError as exc:
+                raise ConfigInvalid(f"{exc}.") from None
+            try:
+                card_fetch(target.card_location, headers=target.headers, timeout=time_left(READY_TIMEOUT))
+            except CardUnavailable as exc:
+                raise ConfigInvalid(f"the remote agent is unreachable: {exc}") from None
 
     def __init__(self, config: dict | None = None):
         self.config = config or {}
@@ -318,8 +319,8 @@ class A2AProxyAgentExecutor(AgentExecutor):
         if remote_task_id:
             # Best effort: the local task is canceled whatever the remote says.
             try:
-                target = await asyncio.to_thread(remote_target, self.config, timeout=CANCEL_TIMEOUT)
-                async with asyncio.timeout(CANCEL_TIMEOUT):
+                async with asyncio.timeout(CANCEL_TIMEOUT):  # the lookups included
+                    target = await asyncio.to_thread(remote_target, self.config, timeout=CANCEL_TIMEOUT)
                     async with remote_client(target, CANCEL_TIMEOUT) as client:
                         await client.cancel_task(CancelTaskRequest(id=remote_task_id))
             except Exception as exc:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from agents import outbound
 from agents.outbound import UrlRefused, url_check
 from tests import dns_server
 from tests.dns_server import finishes_within
@@ -85,3 +86,44 @@ def test_a_lookup_that_fails_is_a_host_that_does_not_resolve(silent_dns):
     threading.Thread(target=release_once_asked, daemon=True).start()
     with pytest.raises(UrlRefused, match="^the host 'gone.silent.test' does not resolve$"):
         finishes_within(10, url_check, "http://gone.silent.test/", allow_private=False, timeout=5)
+
+
+def test_callers_of_one_name_share_its_lookup_and_one_domain_cannot_take_every_lookup(silent_dns):
+    waiting = []
+
+    def look_up(host: str) -> None:
+        try:
+            url_check(f"https://{host}/a2a", allow_private=False, timeout=5)
+        except UrlRefused as exc:
+            waiting.append(str(exc))
+
+    callers = [
+        threading.Thread(target=look_up, args=(f"hook{n % outbound.MAX_LOOKUPS_PER_DOMAIN}.silent.test",))
+        for n in range(2 * outbound.MAX_LOOKUPS_PER_DOMAIN)
+    ]
+    for caller in callers:
+        caller.start()
+    # Two callers a name, one query a name: each name's lookup thread is shared.
+    asked = silent_dns.wait_for_queries(outbound.MAX_LOOKUPS_PER_DOMAIN)
+    time.sleep(0.2)
+    assert sorted(silent_dns.queries) == sorted(asked) and len(set(asked)) == len(asked)
+    # The domain has all it may have waiting: one more of its names is refused at once, saying why.
+    started = time.monotonic()
+    with pytest.raises(UrlRefused) as refused:
+        url_check("https://one-more.silent.test/a2a", allow_private=False, timeout=5)
+    assert time.monotonic() - started < 1
+    assert str(refused.value) == (
+        "the host 'one-more.silent.test' was not looked up: too many lookups are waiting on DNS; "
+        "try again later"
+    )
+    # Another domain's names are looked up as ever.
+    assert url_check("http://localhost/", allow_private=False, allow_loopback=True).address in (
+        "127.0.0.1",
+        "::1",
+    )
+    silent_dns.release()
+    for caller in callers:
+        caller.join(10)
+    # Let go, every caller hears its name's answer (the server's "no").
+    assert len(waiting) == len(callers)
+    assert all(text.endswith("does not resolve") for text in waiting), waiting

@@ -9,6 +9,7 @@ loopback (tests/dns_server.py).
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import uuid
@@ -21,7 +22,10 @@ from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState, 
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
+from agents import outbound
 from agents.builtin.a2a_proxy import A2AProxyAgentExecutor, ProxyConfigError, remote_target
+from agents.health import _check as agent_health_check
+from agents.models import Agent
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, card_fetch, card_parse
 from agents.services import agent_import_preview
@@ -79,6 +83,37 @@ def test_a_card_whose_interfaces_dns_never_answers_is_refused_in_time(silent_dns
         "The card's interface https://rpc0.silent.test/a2a is refused: "
         "the host 'rpc0.silent.test' did not resolve within 1 s."
     )
+
+
+def test_a_cards_interfaces_share_one_deadline(monkeypatch):
+    # Each name answers in 0.45 s, in time for a lookup of its own; three of them do not fit in 1 s.
+    def slow_lookup(host, port, *args, **kwargs):
+        time.sleep(0.45)
+        return socket.getaddrinfo("8.8.8.8", port, *args, **kwargs)
+
+    monkeypatch.setattr(outbound, "getaddrinfo", slow_lookup)
+    interfaces = [
+        {"url": f"https://rpc{number}.late.test/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        for number in range(3)
+    ]
+    body = json.dumps({**CARD, "supportedInterfaces": interfaces}).encode()
+    started = time.monotonic()
+    with pytest.raises(
+        CardUnavailable, match=r"^The card's interface https://rpc2\.late\.test/a2a is refused"
+    ):
+        finishes_within(10, card_parse, body, "https://8.8.8.8/card", timeout=1)
+    assert time.monotonic() - started < 1.3
+    assert card_parse(body, "https://8.8.8.8/card", timeout=2).card.name == "Far Away"
+
+
+def test_the_console_health_of_a_proxy_whose_name_dns_never_answers_takes_its_2_s(silent_dns):
+    # The check validates the config (its URLs looked up), then fetches the card: 2 s in all.
+    agent = Agent(handler="a2a_proxy", config={"url": "https://agent.silent.test/a2a/"})
+    started = time.monotonic()
+    health = finishes_within(15, agent_health_check, agent)
+    assert time.monotonic() - started < 3
+    assert not health.ok
+    assert "did not resolve within 2 s" in health.reason, health.reason
 
 
 def test_the_proxy_health_check_gives_up_on_a_silent_name_in_its_own_time(silent_dns):

@@ -14,7 +14,8 @@ from tasks_app.models import (
 )
 from tasks_app.turns.setup import cancel_context
 
-logger = logging.getLogger(__name__)
+# One logger for the package, under the name it had as one module (log filters, alerts).
+logger = logging.getLogger("tasks_app.turns")
 
 # How long an agent's cancel() may take when no turn of its task is running.
 AGENT_CANCEL_TIMEOUT = 30.0

@@ -28,7 +28,8 @@ from tasks_app.models import (
 )
 from tenants import sql
 
-logger = logging.getLogger(__name__)
+# One logger for the package, under the name it had as one module (log filters, alerts).
+logger = logging.getLogger("tasks_app.turns")
 
 # A write the database refused for being unreachable is tried again for this long.
 DB_RETRY_FOR = 60.0

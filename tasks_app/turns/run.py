@@ -25,7 +25,8 @@ from tasks_app.turns.lease import (
 )
 from tasks_app.turns.setup import Claim, claim_and_prepare
 
-logger = logging.getLogger(__name__)
+# One logger for the package, under the name it had as one module (log filters, alerts).
+logger = logging.getLogger("tasks_app.turns")
 
 # How long a cancelled helper (the agent's execution, the watcher) gets to
 # stop. Code can swallow a cancellation; the turn must finish regardless.

@@ -8,10 +8,12 @@ client chose to send (Daphne's own --proxy-headers takes the leftmost entry,
 which lets a client name its own address: a fresh rate-limit bucket, or
 127.0.0.1 for /metrics).
 
-The header is read only when the connection comes from one of
-TRUSTED_PROXIES; a client that reaches Daphne directly keeps its own address,
-whatever it sends. The ASGI scope's `client` (Django's REMOTE_ADDR) and
-`scheme` (from X-Forwarded-Proto) are set here, once, for HTTP and WebSocket.
+The headers are read only when the connection comes from one of
+TRUSTED_PROXIES; a client that reaches Daphne directly keeps its own address
+and scheme, whatever it sends. The ASGI scope's `client` (Django's
+REMOTE_ADDR) and `scheme` (from X-Forwarded-Proto, which the proxy must set:
+Django's SECURE_PROXY_SSL_HEADER is not used, it believes any peer) are set
+here, once, for HTTP and WebSocket.
 """
 
 import ipaddress
@@ -48,11 +50,11 @@ class ForwardedClient:
         return peer is not None and any(peer in network for network in self.proxies)
 
     def _forwarded(self, scope: dict) -> dict:
+        scope = dict(scope)
         addresses = _values(scope, b"x-forwarded-for")
-        if not addresses:
-            # No header: the peer itself is the caller (a scrape of /metrics from the proxy's host).
-            return scope
-        scope = {**scope, "client": (_address(self._pick(addresses)), 0)}
+        # No header: the peer itself is the caller (a scrape of /metrics from the proxy's host).
+        if addresses:
+            scope["client"] = (_address(self._pick(addresses)), 0)
         protos = _values(scope, b"x-forwarded-proto")
         proto = self._pick(protos).lower() if protos else ""
         if proto in ("http", "https"):

@@ -5,6 +5,7 @@ platform runs on its embedded default: SQLite under var/, an in-process channel
 layer and Celery worker threads inside the server process.
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -345,6 +346,11 @@ METRICS_TOKEN = env_secret("METRICS_TOKEN")
 # (addresses or networks, comma-separated).
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", "127.0.0.0/8,::1")
+try:
+    for _proxy in TRUSTED_PROXIES:
+        ipaddress.ip_network(_proxy, strict=False)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"TRUSTED_PROXIES takes addresses or networks: {exc}") from None
 
 # --- Auth -----------------------------------------------------------------------
 OAUTH2_PROVIDER_APPLICATION_MODEL = "tenants.Application"
@@ -395,7 +401,8 @@ CONSOLE_PAGE_SIZE = env_int("CONSOLE_PAGE_SIZE", 50)
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_HTTPONLY = True
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if not DEBUG else None
+# HTTPS behind a TLS-terminating proxy: X-Forwarded-Proto, believed from TRUSTED_PROXIES only
+# (a2a_platform/forwarded.py), not through SECURE_PROXY_SSL_HEADER, which believes any peer.
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # Behind a TLS-terminating proxy (production): plain HTTP is redirected, browsers told to stay on
 # HTTPS. The probes stay reachable over plain HTTP for health checks inside the network.

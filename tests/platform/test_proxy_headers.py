@@ -116,6 +116,36 @@ def test_a_direct_client_cannot_take_a_fresh_rate_with_the_header(proxied, direc
     assert send(direct, proxied, tenant, forwarded(seen_by_proxy="198.51.100.3")).status_code == 429
 
 
+@pytest.fixture(scope="module")
+def in_production(db_settings, log_dir, server):
+    """A web process as deployed behind a TLS proxy: DEBUG off, one trusted proxy at PROXY."""
+    env = {
+        "TRUSTED_PROXIES": PROXY,
+        "TRUSTED_PROXY_COUNT": "1",
+        "DEBUG": "false",
+        "SECRET_KEY": "proxy-headers-test-only-" + "x" * 40,
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "PUBLIC_BASE_URL": "",
+    }
+    platform = start_web(db_settings, log_dir, name="web-production", extra_env=env)
+    yield platform
+    platform.stop()
+
+
+def test_only_the_proxy_says_the_request_came_over_https(in_production, via_proxy, direct):
+    # The agent card names the URL callers reached, scheme included: https only if the proxy says so.
+    card = f"{in_production.base_url}/a2a/demo/echo/.well-known/agent-card.json"
+    https = {"X-Forwarded-Proto": "https"}
+    said_by_proxy = via_proxy.get(card, headers=https | forwarded())
+    assert said_by_proxy.status_code == 200, said_by_proxy.text
+    assert said_by_proxy.json()["supportedInterfaces"][0]["url"].startswith("https://")
+    # A client that reaches Daphne directly says what it likes; Django's own proxy header setting
+    # would have believed it (a card, redirects and secure-only checks all on "https").
+    said_by_client = direct.get(card, headers=https)
+    assert said_by_client.status_code == 200, said_by_client.text
+    assert said_by_client.json()["supportedInterfaces"][0]["url"].startswith("http://127.0.0.1:")
+
+
 # --- The middleware's reading of the headers -------------------------------------------------
 
 
@@ -183,6 +213,11 @@ async def test_the_scheme_follows_x_forwarded_proto():
     assert (await scope_seen(trusting(1), "10.0.0.5", headers, kind="websocket"))["scheme"] == "wss"
     odd = [("X-Forwarded-For", "198.51.100.9"), ("X-Forwarded-Proto", "gopher")]
     assert (await scope_seen(trusting(1), "10.0.0.5", odd))["scheme"] == "http"
+
+
+async def test_the_scheme_comes_from_the_proxy_even_without_x_forwarded_for():
+    seen = await scope_seen(trusting(1), "10.0.0.5", [("X-Forwarded-Proto", "https")])
+    assert seen["scheme"] == "https" and seen["client"] == ("10.0.0.5", 40000)
 
 
 async def test_by_default_no_header_is_trusted_and_then_loopback_is_the_proxy(settings):

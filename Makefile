@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The gRPC binding's port (`make run`'s second port, `make grpc`'s only one). Unset: A2A_GRPC_PORT, else 50051.
+GRPC_PORT ?=
 
 .PHONY: run test install lint web worker beat grpc bench clean
 
@@ -18,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: install
-	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)$(if $(GRPC_PORT), --grpc-port $(GRPC_PORT))
 
 lint: install
 	$(PY) -m ruff check .
@@ -39,10 +41,10 @@ worker: install
 beat: install
 	mkdir -p var && $(PY) -m celery -A a2a_platform beat --loglevel INFO -s var/celerybeat-schedule
 
-# Services mode: the gRPC binding as a process of its own (GRPC_PORT, default 50051).
-GRPC_PORT ?= 50051
+# Services mode: the gRPC binding as a process of its own, on GRPC_PORT (above). The HTTP URLs it
+# answers with (extended cards) are built on PUBLIC_BASE_URL (unset: http://127.0.0.1:8000).
 grpc: install
-	$(PY) manage.py grpcserve --host $(HOST) --port $(GRPC_PORT)
+	$(PY) manage.py grpcserve --host $(HOST)$(if $(GRPC_PORT), --port $(GRPC_PORT))
 
 bench: install
 	$(PY) bench/run.py

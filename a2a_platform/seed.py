@@ -1,10 +1,14 @@
 """The demo tenant a new user gets on first start. Running it again changes nothing
 (except where the demo proxy points: at the echo agent of the server being started)."""
 
+import os
 import re
 import secrets
+import shlex
+import sys
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -35,13 +39,32 @@ ADMIN_USERNAME = "admin"
 ROTATE_DEMO_SECRET = f"oauth_client rotate-secret --tenant demo --name '{DEMO_CLIENT_NAME}'"
 
 
+def manage_py() -> str:
+    """`manage.py` as a command that works from where this process was started: with the
+    interpreter running now (the virtualenv's, so nothing needs activating), relative to the
+    current directory when inside it."""
+    cwd = os.getcwd()
+
+    def shown(path: str) -> str:
+        # abspath, not realpath: a virtualenv's python is a symlink to the base interpreter.
+        path = os.path.abspath(path)
+        if os.path.commonpath([path, cwd]) == cwd:
+            path = os.path.relpath(path, cwd)
+            # A bare name would be looked up on PATH instead.
+            path = path if os.sep in path else os.path.join(".", path)
+        return shlex.quote(path)
+
+    script = shown(str(settings.BASE_DIR / "manage.py"))
+    return f"{shown(sys.executable)} {script.removeprefix('./')}"
+
+
 def admin_lines(password: str | None) -> list[str]:
     """What the banner says about the admin user: who it is, and how to get in without the password."""
     if password:
         first = f"user '{ADMIN_USERNAME}', password: {password}  (shown once)"
     else:
         first = f"user '{ADMIN_USERNAME}' (its password was shown on the first start)"
-    return [first, f"forgot it? python manage.py changepassword {ADMIN_USERNAME}"]
+    return [first, f"forgot it? {manage_py()} changepassword {ADMIN_USERNAME}"]
 
 
 def demo_proxy_config(local_base_url: str) -> dict:

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from a2a_platform.seed import ROTATE_DEMO_SECRET, admin_lines, seed_demo
+from a2a_platform.seed import ROTATE_DEMO_SECRET, admin_lines, manage_py, seed_demo
 
 
 class Command(BaseCommand):
@@ -17,5 +17,5 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Demo OAuth client: client_id {result.demo_client_id}")
-        self.stdout.write(f"A new demo client secret: python manage.py {ROTATE_DEMO_SECRET}")
+        self.stdout.write(f"A new demo client secret: {manage_py()} {ROTATE_DEMO_SECRET}")
         self.stdout.write(f"Demo tenant ready with agents: {', '.join(result.agents)}")

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from a2a_platform.seed import DEMO_AGENTS, ROTATE_DEMO_SECRET, admin_lines, seed_demo
+from a2a_platform.seed import DEMO_AGENTS, ROTATE_DEMO_SECRET, admin_lines, manage_py, seed_demo
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Command(BaseCommand):
             out.write(f"               client_secret {seeded.demo_client_secret}  (shown once)")
         else:
             out.write("               client_secret shown on the first start only (stored hashed)")
-        out.write(f"               a new secret: python manage.py {ROTATE_DEMO_SECRET}")
+        out.write(f"               a new secret: {manage_py()} {ROTATE_DEMO_SECRET}")
         out.write(
             f"  Token for secure-echo: curl -s -u '<client_id>:<client_secret>' "
             f"-d grant_type=client_credentials {base}/o/token/"

@@ -1,4 +1,5 @@
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -148,3 +149,19 @@ def user_message(text: str, message_id: str, **fields) -> dict:
             **fields,
         }
     }
+
+
+def slowed(monkeypatch, owner, name: str, seconds: float = 0.3) -> None:
+    """owner.<name> answers what it read `seconds` late: callers racing through it all read before any writes.
+
+    How a race test makes the window it checks wide open (a count read before a lock is
+    taken, say), on real databases and threads.
+    """
+    read = getattr(owner, name)
+
+    def late(*args, **kwargs):
+        answer = read(*args, **kwargs)
+        time.sleep(seconds)
+        return answer
+
+    monkeypatch.setattr(owner, name, late)

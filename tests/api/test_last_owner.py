@@ -1,7 +1,6 @@
 """A tenant keeps at least one owner, also when two owners demote or remove each other at once."""
 
 import threading
-import time
 import uuid
 
 import pytest
@@ -11,7 +10,7 @@ from django.db import connection
 
 from tenants import services
 from tenants.models import Membership, Tenant
-from tests.conftest import SERVICES_MODE
+from tests.conftest import SERVICES_MODE, slowed
 
 
 def _two_owners() -> tuple[Tenant, list]:
@@ -46,15 +45,8 @@ def _at_once(calls) -> list:
 @pytest.mark.parametrize("change", ["demote", "remove"])
 def test_two_owners_taking_each_other_out_at_once_leave_one(stored, monkeypatch, change):
     tenant, users = _two_owners()
-    counted = services._owner_count
-
-    def slow_count(of):
-        # Both transactions count before either changes anything, if nothing queues them.
-        count = counted(of)
-        time.sleep(0.3)
-        return count
-
-    monkeypatch.setattr(services, "_owner_count", slow_count)
+    # Both transactions count before either changes anything, if nothing queues them.
+    slowed(monkeypatch, services, "_owner_count")
     if change == "demote":
         calls = [
             lambda user=user: services.membership_set(

@@ -34,7 +34,8 @@ def fresh_minute(margin: float = 4.0) -> None:
         time.sleep(left + 0.1)
 
 
-def make_tenant(**limits) -> Tenant:
+def make_tenant(slow_seconds: float = 3, **limits) -> Tenant:
+    """A tenant of its own with these limits, and agents: open, locked (echo), slow (sleeper)."""
     tenant = Tenant.objects.create(slug=f"quota-{uuid.uuid4().hex[:8]}", name="Quota test", **limits)
     Agent.objects.create(tenant=tenant, slug="open", name="Open", handler="echo", visibility="public")
     Agent.objects.create(
@@ -46,7 +47,7 @@ def make_tenant(**limits) -> Tenant:
         name="Slow",
         handler="sleeper",
         visibility="public",
-        config={"seconds": 3},
+        config={"seconds": slow_seconds},
     )
     return tenant
 

@@ -8,19 +8,17 @@ the lock on the tenant's row, keeps the limit.
 """
 
 import asyncio
-import time
-import uuid
 
 import httpx
 import pytest
 
-from agents.models import Agent
 from tasks_app import quotas
 from tasks_app.models import Message, Task
 from tenants.models import Tenant
 from tests.api.tenancy import new_message
-from tests.conftest import SERVICES_MODE
+from tests.conftest import SERVICES_MODE, slowed
 from tests.live import TEST_QUEUE
+from tests.tasks_app.test_quotas import make_tenant
 
 pytestmark = pytest.mark.skipif(
     not SERVICES_MODE, reason="PostgreSQL: SQLite runs one writing transaction at a time"
@@ -41,22 +39,6 @@ def in_process():
     celery_app.conf.task_default_queue = queue
 
 
-def _tenant(most: int) -> Tenant:
-    tenant = Tenant.objects.create(
-        slug=f"at-once-{uuid.uuid4().hex[:8]}", name="At once", max_running_turns=most
-    )
-    # Its turns stay open for the whole test: none ends and frees a slot meanwhile.
-    Agent.objects.create(
-        tenant=tenant,
-        slug="slow",
-        name="Slow",
-        handler="sleeper",
-        visibility="public",
-        config={"seconds": 20},
-    )
-    return tenant
-
-
 def _send(client: httpx.AsyncClient, tenant: Tenant, rest: bool):
     body = new_message("at once") | {"configuration": {"returnImmediately": True}}
     headers = {"A2A-Version": "1.0"}
@@ -72,16 +54,10 @@ async def test_sends_arriving_at_once_start_no_more_turns_than_the_limit(
 ):
     from asgiref.sync import sync_to_async
 
-    tenant = await sync_to_async(_tenant)(most)
-    counted = quotas.running_turns
-
-    def slow_count(of):
-        # Every send reads the count before any has stored its message, if nothing queues them.
-        count = counted(of)
-        time.sleep(0.3)
-        return count
-
-    monkeypatch.setattr(quotas, "running_turns", slow_count)
+    # Its turns stay open for the whole test: none ends and frees a slot meanwhile.
+    tenant = await sync_to_async(make_tenant)(slow_seconds=20, max_running_turns=most)
+    # Every send reads the count before any has stored its message, if nothing queues them.
+    slowed(monkeypatch, quotas, "running_turns")
     async with in_process as client:
         answers = await asyncio.gather(*(_send(client, tenant, rest=i % 2 == 1) for i in range(SENDS)))
         # The sleepers would hold the session worker's threads for 20 s: canceled, they stop now.

@@ -130,8 +130,13 @@ class RemoteTarget:
 def remote_target(config: dict | None, *, timeout: float = CONNECT_TIMEOUT) -> RemoteTarget:
     """The remote agent named by the agent's config; ProxyConfigError says what is wrong.
 
-    The URLs' hosts are resolved (and screened), each within `timeout` seconds.
+    The URLs' hosts are resolved (and screened), both within `timeout` seconds.
     """
+    with deadline(timeout):
+        return _remote_target(config, timeout)
+
+
+def _remote_target(config: dict | None, timeout: float) -> RemoteTarget:
     config = config or {}
     url = config.get("url")
     if not isinstance(url, str) or not url.strip():

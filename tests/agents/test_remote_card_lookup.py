@@ -129,6 +129,26 @@ def test_the_proxy_health_check_gives_up_on_a_silent_name_in_its_own_time(silent
         finishes_within(10, remote_target, {"url": "https://x.silent.test/", "timeout": 60}, timeout=0.5)
 
 
+def test_a_proxy_configs_two_urls_share_one_deadline(silent_dns, monkeypatch):
+    # The url answers late but in time; the card_url's DNS never answers. Together: the timeout.
+    silent = outbound.getaddrinfo
+
+    def lookup(host, port, *args, **kwargs):
+        if host == "agent.late.test":
+            time.sleep(0.5)
+            return socket.getaddrinfo("8.8.8.8", port, *args, **kwargs)
+        return silent(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(outbound, "getaddrinfo", lookup)
+    config = {"url": "https://agent.late.test/a2a/", "card_url": "https://card.silent.test/card.json"}
+    started = time.monotonic()
+    with pytest.raises(
+        ProxyConfigError, match="^\"card_url\" in its config is refused: the host 'card.silent.test'"
+    ):
+        finishes_within(10, remote_target, config, timeout=0.8)
+    assert time.monotonic() - started < 1.15  # not 0.5 + 0.8
+
+
 def test_a_proxied_turn_waits_for_dns_off_the_event_loop(silent_dns):
     """While the remote's name is looked up, the engine's loop goes on with other turns."""
     executor = A2AProxyAgentExecutor({"url": "https://agent.silent.test/a2a/"})

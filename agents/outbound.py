@@ -85,6 +85,13 @@ class Target:
         """httpx request extensions for the pinned URL: TLS checks the URL's name, not the address."""
         return {"sni_hostname": self.url.host} if self.url.scheme == "https" else {}
 
+    def request(self, client: httpx.Client | httpx.AsyncClient, method: str, *, headers: dict, **kwargs):
+        """A request of `client` to the checked address, its Host header and TLS name the URL's."""
+        headers = {**headers, "Host": self.url.netloc.decode("ascii")}
+        return client.build_request(
+            method, self.pinned_url, headers=headers, extensions=self.extensions, **kwargs
+        )
+
 
 def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):

@@ -108,11 +108,11 @@ def _card_fetch(url: str, headers: dict[str, str] | None, timeout: float) -> Rem
         target = proxy_url_check(url, timeout=timeout)
     except UrlRefused as exc:
         raise CardUnavailable(f"The card URL is refused: {exc}.") from None
-    sent = {**(headers or {}), "Host": target.url.netloc.decode("ascii"), "Accept": "application/json"}
+    sent = {**(headers or {}), "Accept": "application/json"}
     try:
         with httpx.Client(timeout=max(time_left(timeout), 0.01), trust_env=False) as client:
-            url, extensions = target.pinned_url, target.extensions
-            request = client.build_request("GET", url, headers=sent, extensions=extensions)
+            url = target.pinned_url
+            request = target.request(client, "GET", headers=sent)
             response = client.send(request, stream=True, follow_redirects=False)
             try:
                 if response.status_code != 200:

@@ -34,7 +34,7 @@ from django.db.models import Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from agents.outbound import UrlRefused, url_check, url_syntax_check
+from agents.outbound import Target, UrlRefused, url_check, url_syntax_check
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.dispatch import DELIVER_PUSH, job_send
@@ -299,7 +299,6 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     except UrlRefused as exc:
         return None, f"URL refused: {exc}"
     headers = {
-        "Host": target.url.netloc.decode("ascii"),
         "Content-Type": CONTENT_TYPE,
         # Stable across attempts, so a receiver can drop the duplicates at-least-once delivery brings.
         "X-A2A-Event-Id": f"{config.task_id}:{delivery.seq}",
@@ -310,9 +309,7 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
         headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}".rstrip()
     body = json.dumps(delivery.event.payload, separators=(",", ":")).encode()
     try:
-        status, reason = engine.run(
-            _send(target.pinned_url, headers, body, target.extensions, deadline - time.monotonic())
-        )
+        status, reason = engine.run(_send(target, headers, body, deadline - time.monotonic()))
     except httpx.HTTPError as exc:
         return None, f"{exc.__class__.__name__}: {exc}"[:1000]
     except TimeoutError:
@@ -322,9 +319,7 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     return status, f"HTTP {status} {reason}"[:1000]
 
 
-async def _send(
-    url: httpx.URL, headers: dict, body: bytes, extensions: dict, budget: float
-) -> tuple[int, str]:
+async def _send(target: Target, headers: dict, body: bytes, budget: float) -> tuple[int, str]:
     """The POST, on the engine loop: `budget` seconds bound the whole request, not each read.
 
     httpx's timeout is per operation: a receiver that sent its answer a byte
@@ -333,7 +328,7 @@ async def _send(
     """
     # No proxies from the environment and no redirects: either would undo the address check.
     async with httpx.AsyncClient(timeout=settings.PUSH_TIMEOUT, verify=_tls(), trust_env=False) as client:
-        request = client.build_request("POST", url, headers=headers, content=body, extensions=extensions)
+        request = target.request(client, "POST", headers=headers, content=body)
         async with asyncio.timeout(max(budget, 0.0)):
             response = await client.send(request, stream=True, follow_redirects=False)
             # The body is not read: a receiver only owes us a status code.

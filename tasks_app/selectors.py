@@ -322,7 +322,11 @@ def task_list(
 
     A fixed number of queries whatever the page size: count, page, and one
     prefetch each for messages and artifacts. totalSize is exact up to
-    EXACT_TOTAL_UP_TO tasks (see total_size).
+    EXACT_TOTAL_UP_TO tasks (see total_size). Each task carries the newest
+    DEFAULT_HISTORY_LENGTH messages when historyLength is unset, as GetTask
+    does: the prefetch reads at most history_to_read() messages of each task
+    (a sliced Prefetch: one query, a window function per task), so a page
+    of long conversations costs what a page of short ones does.
     """
     tasks = tasks_matching(
         tasks_visible_to(caller), context_id=context_id, state=state or "", status_after=status_after
@@ -332,9 +336,12 @@ def task_list(
         after_ts, after_id = _parse_page_token(page_token)
         tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))
     tasks = tasks.select_related("context", "status_message").order_by("-status_timestamp", "-pk")
+    if history_length is None:
+        history_length = DEFAULT_HISTORY_LENGTH
     prefetch = []
     if history_length != 0:
-        prefetch.append(Prefetch("messages", queryset=Message.objects.order_by("created_at", "pk")))
+        newest = Message.objects.order_by("-created_at", "-pk")[: history_to_read(history_length)]
+        prefetch.append(Prefetch("messages", queryset=newest, to_attr="newest_messages"))
     if include_artifacts:
         prefetch.append(Prefetch("artifacts", queryset=Artifact.objects.order_by("created_at", "pk")))
     page = list(tasks.prefetch_related(*prefetch)[: page_size + 1])
@@ -344,7 +351,7 @@ def task_list(
         "tasks": [
             task_dict(
                 task,
-                messages=list(task.messages.all()) if history_length != 0 else None,
+                messages=task.newest_messages[::-1] if history_length != 0 else None,
                 artifacts=list(task.artifacts.all()) if include_artifacts else None,
                 history_length=history_length,
             )

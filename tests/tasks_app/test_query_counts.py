@@ -27,7 +27,7 @@ from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Context, Message, Task
 from tasks_app.protocol.http import NoAgent, PendingCall
 from tasks_app.protocol.operations import _get_task
-from tasks_app.selectors import send_answer_at, task_snapshot
+from tasks_app.selectors import send_answer_at, task_list, task_snapshot
 from tasks_app.services import message_send, task_answer
 from tasks_app.turns import events_store, turn_claim
 from tasks_app.turns.setup import Claim, _prepare, claim_and_prepare
@@ -334,6 +334,34 @@ def test_get_task_costs_the_same_whatever_the_history(stored, history):
 
     _in_rollback(work)
     assert counts[history] <= GET_MAX, counts
+
+
+def test_list_tasks_reads_a_bounded_page_of_each_tasks_history(stored):
+    # ListTasks without historyLength answers each task's newest 100 messages, as GetTask does,
+    # and reads no more than that of each: a page of long conversations is no longer a page of
+    # everything they ever said.
+    caller = _caller()
+    counts, read = {}, {}
+
+    def work():
+        short, long = _send(caller), _send(caller)
+        _add_history(caller, long.task, 250)
+        for history_length in (None, 120, 1, 0):
+            with CaptureQueriesContext(connection) as queries:
+                page = task_list(caller, history_length=history_length)
+            counts[history_length] = len(_statements(queries))
+            histories = {task["id"]: task.get("history", []) for task in page["tasks"]}
+            read[history_length] = (len(histories[str(short.task.pk)]), len(histories[str(long.task.pk)]))
+        # The newest ones, oldest first: the last bulk message (its id) ends the page.
+        newest = Message.objects.filter(task=long.task).order_by("-created_at", "-pk").first()
+        page = task_list(caller)
+        long_history = next(t for t in page["tasks"] if t["id"] == str(long.task.pk))["history"]
+        assert long_history[-1]["messageId"] == newest.message_id
+
+    _in_rollback(work)
+    assert read == {None: (1, 100), 120: (1, 120), 1: (1, 1), 0: (0, 0)}
+    # Count, page, messages (none with historyLength 0): the same for every length.
+    assert counts[None] == counts[120] == counts[1] == counts[0] + 1, counts
 
 
 @pytest.mark.parametrize("artifacts", [0, 1, 3])

@@ -193,6 +193,12 @@ class _Lookup:
         self.answer: list | BaseException | None = None
 
 
+def lookups_waiting() -> list[str]:
+    """The names being looked up now (for tests, and for a look at a stuck process)."""
+    with _pending_lock:
+        return list(_pending)
+
+
 def _domain(host: str) -> str:
     return ".".join(host.rstrip(".").split(".")[-2:])
 

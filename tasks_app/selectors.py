@@ -15,11 +15,19 @@ from a2a.utils.errors import InvalidParamsError
 from django.contrib.auth import get_user_model
 from django.core.cache import caches
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from tasks_app.access import HISTORY_FIELDS, Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.models import Artifact, DraftTaskAlias, Message, Task
-from tasks_app.protocol.convert import message_dict, message_fields, task_dict
+from tasks_app.protocol.convert import (
+    STATE_TO_PROTO_NAME,
+    artifact_dict,
+    message_dict,
+    message_fields,
+    task_dict,
+    task_fields,
+    timestamp,
+)
 from tenants import sql
 from tenants.models import Application, Tenant
 
@@ -157,9 +165,13 @@ def _history_page(task: Task, rows) -> list[dict]:
     parts in one json.loads (sql.json_values). A hundred messages cost a third
     of what building records and rendering those did.
     """
-    task_id, context_id = str(task.pk), task.context.context_id
+    return _history_rows(str(task.pk), task.context.context_id, task.status_message_id, rows)
+
+
+def _history_rows(task_id: str, context_id: str, status_message_pk, rows) -> list[dict]:
+    """_history_page() of the task named by its id, its context's id and its status message's pk."""
     json_value = sql.json_value
-    rows = [row for row in rows if row[0] != task.status_message_id]
+    rows = [row for row in rows if row[0] != status_message_pk]
     every_parts = sql.json_values([row[3] for row in rows])
     return [
         message_fields(
@@ -237,8 +249,9 @@ def tasks_matching(
     return tasks
 
 
-def _page_token(task: Task) -> str:
-    raw = json.dumps({"ts": task.status_timestamp.isoformat(), "id": str(task.pk)})
+def _page_token_at(status_timestamp: datetime, pk) -> str:
+    """The position after a row of a list page: its status time and id (_parse_page_token)."""
+    raw = json.dumps({"ts": status_timestamp.isoformat(), "id": str(pk)})
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
@@ -307,6 +320,23 @@ def _planner_estimate(tasks: QuerySet[Task]) -> int:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
+# What a ListTasks row reads of a task and its status message (values_list: no instances).
+LIST_FIELDS = (
+    "pk",
+    "context__context_id",
+    "state",
+    "status_timestamp",
+    "metadata",
+    "status_message_id",
+    "status_message__message_id",
+    "status_message__role",
+    "status_message__parts",
+    "status_message__metadata",
+    "status_message__extensions",
+    "status_message__reference_task_ids",
+)
+
+
 def task_list(
     caller: Caller,
     *,
@@ -320,13 +350,16 @@ def task_list(
 ) -> dict:
     """ListTasks: the caller's tasks, newest status first, in keyset pages.
 
-    A fixed number of queries whatever the page size: count, page, and one
-    prefetch each for messages and artifacts. totalSize is exact up to
+    A fixed number of queries whatever the page size: count, page, the
+    page's histories, its artifacts. totalSize is exact up to
     EXACT_TOTAL_UP_TO tasks (see total_size). Each task carries the newest
     DEFAULT_HISTORY_LENGTH messages when historyLength is unset, as GetTask
-    does: the prefetch reads at most history_to_read() messages of each task
-    (a sliced Prefetch: one query, a window function per task), so a page
-    of long conversations costs what a page of short ones does.
+    does, and no more than it answers is read of any task (_histories), so a
+    page of long conversations costs what a page of short ones does.
+
+    Read as rows, not instances (LIST_FIELDS, HISTORY_FIELDS): a page of 50
+    tasks built as models, with their status messages and a prefetch, cost
+    the web process several times what the rows' values do.
     """
     tasks = tasks_matching(
         tasks_visible_to(caller), context_id=context_id, state=state or "", status_after=status_after
@@ -335,32 +368,78 @@ def task_list(
     if page_token:
         after_ts, after_id = _parse_page_token(page_token)
         tasks = tasks.filter(Q(status_timestamp__lt=after_ts) | Q(status_timestamp=after_ts, pk__lt=after_id))
-    tasks = tasks.select_related("context", "status_message").order_by("-status_timestamp", "-pk")
     if history_length is None:
         history_length = DEFAULT_HISTORY_LENGTH
-    prefetch = []
-    if history_length != 0:
-        newest = Message.objects.order_by("-created_at", "-pk")[: history_to_read(history_length)]
-        prefetch.append(Prefetch("messages", queryset=newest, to_attr="newest_messages"))
-    if include_artifacts:
-        prefetch.append(Prefetch("artifacts", queryset=Artifact.objects.order_by("created_at", "pk")))
-    page = list(tasks.prefetch_related(*prefetch)[: page_size + 1])
-    more = len(page) > page_size
-    page = page[:page_size]
+    rows = list(tasks.order_by("-status_timestamp", "-pk").values_list(*LIST_FIELDS)[: page_size + 1])
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    pks = [row[0] for row in rows]
+    histories = _histories(rows, history_length) if history_length != 0 and rows else {}
+    artifacts: dict = {pk: [] for pk in pks}
+    if include_artifacts and pks:
+        for artifact in Artifact.objects.filter(task_id__in=pks).order_by("created_at", "pk"):
+            artifacts[artifact.task_id].append(artifact_dict(artifact))
     return {
         "tasks": [
-            task_dict(
-                task,
-                messages=task.newest_messages[::-1] if history_length != 0 else None,
-                artifacts=list(task.artifacts.all()) if include_artifacts else None,
-                history_length=history_length,
+            task_fields(
+                str(pk),
+                context,
+                _list_status(pk, context, state, status_timestamp, message),
+                artifacts=artifacts[pk],
+                history=histories.get(pk),
+                metadata=metadata,
             )
-            for task in page
+            for pk, context, state, status_timestamp, metadata, *message in rows
         ],
-        "nextPageToken": _page_token(page[-1]) if more else "",
+        "nextPageToken": _page_token_at(rows[-1][3], rows[-1][0]) if more else "",
         "pageSize": page_size,
         "totalSize": total,
     }
+
+
+def _list_status(pk, context_id: str, state: str, status_timestamp: datetime, message: list) -> dict:
+    """A ListTasks row's status (protocol.convert.status_dict, from LIST_FIELDS' values)."""
+    status = {"state": STATE_TO_PROTO_NAME[state], "timestamp": timestamp(status_timestamp)}
+    message_pk, message_id, role, parts, metadata, extensions, reference_task_ids = message
+    if message_pk is not None:
+        status["message"] = message_fields(
+            message_id,
+            context_id,
+            role,
+            parts,
+            task_id=str(pk),
+            metadata=metadata,
+            extensions=extensions,
+            reference_task_ids=reference_task_ids,
+        )
+    return status
+
+
+def _histories(rows: list[tuple], history_length: int) -> dict:
+    """The page's histories as answered: {task pk: its newest history_length messages, oldest first}.
+
+    One statement: each task's newest history_to_read(history_length) messages
+    (ROW_NUMBER over the task's messages, newest first, on their index), so
+    a task of a thousand messages gives no more rows than asked for.
+    """
+    ids = {sql.prep(Message, "task", row[0]): row for row in rows}
+    marks = ", ".join(["%s"] * len(ids))
+    found = sql.fetch_all(
+        f"SELECT * FROM (SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)}, m.task_id AS of_task, "
+        "ROW_NUMBER() OVER (PARTITION BY m.task_id ORDER BY m.created_at DESC, m.id DESC) AS n "
+        f"FROM {sql.table(Message)} m WHERE m.task_id IN ({marks})) h WHERE h.n <= %s",
+        [*ids, history_to_read(history_length)],
+    )
+    newest_first: dict = {key: [] for key in ids}
+    for found_row in sorted(found, key=lambda found_row: found_row[-1]):
+        newest_first[found_row[-2]].append(found_row[:-2])
+    histories = {}
+    for key, messages in newest_first.items():
+        pk, context_id, *_ = ids[key]
+        status_message_pk = ids[key][5]
+        page = _history_rows(str(pk), context_id, status_message_pk, reversed(messages))
+        histories[pk] = page[-history_length:]
+    return histories
 
 
 def principal_names(tenant: Tenant, principals) -> dict[str, str]:

@@ -122,19 +122,39 @@ def task_dict(
     answered, already in ProtoJSON (a page read by selectors).
     """
     context_id = task.context.context_id
-    data = {"id": str(task.id), "contextId": context_id, "status": status_dict(task)}
-    if artifacts:
-        data["artifacts"] = [artifact_dict(a) for a in artifacts]
     if messages and history_length != 0:
         # A message not stored yet (pk None) is never the status message.
         kept = [m for m in messages if m.pk is None or m.pk != task.status_message_id]
         if history_length is not None:
             kept = kept[-history_length:]
         history = [message_dict(m, context_id) for m in kept]
-    if history and history_length != 0:
+    return task_fields(
+        str(task.id),
+        context_id,
+        status_dict(task),
+        artifacts=[artifact_dict(a) for a in artifacts] if artifacts else None,
+        history=history if history_length != 0 else None,
+        metadata=task.metadata,
+    )
+
+
+def task_fields(
+    task_id: str,
+    context_id: str,
+    status: dict,
+    *,
+    artifacts: list[dict] | None = None,
+    history: list[dict] | None = None,
+    metadata: dict | None = None,
+) -> dict:
+    """A Task in ProtoJSON from its parts already in ProtoJSON (a list of tasks is read as rows)."""
+    data = {"id": task_id, "contextId": context_id, "status": status}
+    if artifacts:
+        data["artifacts"] = artifacts
+    if history:
         data["history"] = history
-    if task.metadata:
-        data["metadata"] = task.metadata
+    if metadata:
+        data["metadata"] = metadata
     return data
 
 

@@ -418,25 +418,40 @@ def _list_status(pk, context_id: str, state: str, status_timestamp: datetime, me
 def _histories(rows: list[tuple], history_length: int) -> dict:
     """The page's histories as answered: {task pk: its newest history_length messages, oldest first}.
 
-    One statement: each task's newest history_to_read(history_length) messages
-    (ROW_NUMBER over the task's messages, newest first, on their index), so
-    a task of a thousand messages gives no more rows than asked for.
+    One statement, which reads no more than history_to_read(history_length)
+    messages of each task, newest first, on the (task, created_at, id) index:
+    a LATERAL subquery with a LIMIT per task on PostgreSQL, ROW_NUMBER over
+    each task's messages on SQLite (no LATERAL there; embedded stores stay small).
     """
     ids = {sql.prep(Message, "task", row[0]): row for row in rows}
-    marks = ", ".join(["%s"] * len(ids))
-    found = sql.fetch_all(
-        f"SELECT * FROM (SELECT {sql.columns(Message, 'm', HISTORY_FIELDS)}, m.task_id AS of_task, "
-        "ROW_NUMBER() OVER (PARTITION BY m.task_id ORDER BY m.created_at DESC, m.id DESC) AS n "
-        f"FROM {sql.table(Message)} m WHERE m.task_id IN ({marks})) h WHERE h.n <= %s",
-        [*ids, history_to_read(history_length)],
+    columns, table, newest = (
+        sql.columns(Message, "m", HISTORY_FIELDS),
+        sql.table(Message),
+        "m.created_at DESC, m.id DESC",
     )
+    if connection.vendor == "postgresql":
+        found = sql.fetch_all(
+            f"SELECT {columns}, m.task_id FROM unnest(%s::uuid[]) AS p(id) CROSS JOIN LATERAL "
+            f"(SELECT {columns}, m.task_id, m.created_at FROM {table} m WHERE m.task_id = p.id "
+            f"ORDER BY {newest} LIMIT %s) m ORDER BY {newest}",
+            [list(ids), history_to_read(history_length)],
+        )
+    else:
+        marks = ", ".join(["%s"] * len(ids))
+        found = sql.fetch_all(
+            f"SELECT * FROM (SELECT {columns}, m.task_id, ROW_NUMBER() OVER (PARTITION BY m.task_id "
+            f"ORDER BY {newest}) AS n FROM {table} m WHERE m.task_id IN ({marks})) h "
+            "WHERE h.n <= %s ORDER BY h.n",
+            [*ids, history_to_read(history_length)],
+        )
+        found = [row[:-1] for row in found]
+    # Each task's rows newest first (both statements order them so), then oldest first.
     newest_first: dict = {key: [] for key in ids}
-    for found_row in sorted(found, key=lambda found_row: found_row[-1]):
-        newest_first[found_row[-2]].append(found_row[:-2])
+    for found_row in found:
+        newest_first[found_row[-1]].append(found_row[:-1])
     histories = {}
     for key, messages in newest_first.items():
-        pk, context_id, *_ = ids[key]
-        status_message_pk = ids[key][5]
+        pk, context_id, _, _, _, status_message_pk, *_ = ids[key]
         page = _history_rows(str(pk), context_id, status_message_pk, reversed(messages))
         histories[pk] = page[-history_length:]
     return histories

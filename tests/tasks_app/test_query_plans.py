@@ -29,6 +29,7 @@ from tasks_app.access import (
 )
 from tasks_app.events import _state_and_events_after
 from tasks_app.models import Artifact, Message, Task, TaskEvent, TaskState
+from tasks_app.selectors import task_list
 from tasks_app.services import task_cancel
 from tasks_app.turns import events_store, turn_claim
 from tasks_app.turns.setup import Claim, _prepare, claim_and_prepare
@@ -220,5 +221,34 @@ def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
         for scan in scans:
             read = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
             assert read <= page + 1, plan
+
+    _in_rollback(work)
+
+
+def test_a_list_page_reads_no_more_of_each_tasks_history_than_it_answers(stored):
+    """ListTasks' histories: a LIMIT per task on the message index, not every message of the page's tasks."""
+    caller = _caller()
+    ran: list[tuple[str, object]] = []
+
+    def capture(execute, statement, params, many, context):
+        if "LATERAL" in statement:
+            ran.append((statement, params))
+        return execute(statement, params, many, context)
+
+    def work():
+        long, short = _send(caller), _send(caller)
+        _add_history(caller, long.task, LONG_HISTORY)
+        with connection.execute_wrapper(capture):
+            page = task_list(caller, history_length=5)
+        [(statement, params)] = ran
+        histories = {task["id"]: len(task.get("history", [])) for task in page["tasks"]}
+        assert histories == {str(long.task.pk): 5, str(short.task.pk): 1}
+        plan = _explained(statement, params)
+        scans = [scan for scan in _scans(plan) if scan["Relation Name"] == "tasks_app_message"]
+        assert scans, plan
+        for scan in scans:
+            read = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
+            # Six of each task at most (the page, and one for a status message it leaves out).
+            assert read <= 2 * 6, plan
 
     _in_rollback(work)

@@ -87,7 +87,9 @@ class Target:
 
     def request(self, client: httpx.Client | httpx.AsyncClient, method: str, *, headers: dict, **kwargs):
         """A request of `client` to the checked address, its Host header and TLS name the URL's."""
-        headers = {**headers, "Host": self.url.netloc.decode("ascii")}
+        # The URL's Host, whatever spelling of it the caller's headers had (a proxy config's `host`).
+        headers = {name: value for name, value in headers.items() if name.lower() != "host"}
+        headers["Host"] = self.url.netloc.decode("ascii")
         return client.build_request(
             method, self.pinned_url, headers=headers, extensions=self.extensions, **kwargs
         )
@@ -221,6 +223,9 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
     name = host.lower().rstrip(".")
     with _pending_lock:
         lookup = _pending.get(name)
+        if lookup is None and timeout <= 0:
+            # The check's time is gone (its earlier steps took it): no lookup is started for nothing.
+            raise UrlRefused(f"the host '{host}' was not looked up: the check ran out of time before it")
         if lookup is None:
             domain = _domain(name)
             if len(_pending) >= MAX_LOOKUPS or (
@@ -235,8 +240,10 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
     answer = lookup.answer
     if isinstance(answer, OSError | UnicodeError):
         raise UrlRefused(f"the host '{host}' does not resolve")
+    if isinstance(answer, UrlRefused):
+        raise UrlRefused(str(answer))  # one exception of its own for each waiting caller
     if isinstance(answer, BaseException):
-        raise answer
+        raise UrlRefused(f"the host '{host}' could not be looked up") from answer
     return [info[4][0] for info in answer]
 
 
@@ -255,11 +262,13 @@ def _start(lookup: _Lookup, name: str, host: str, port: int) -> None:
 
     try:
         threading.Thread(target=resolve, name=f"lookup {host}"[:60], daemon=True).start()
-    except RuntimeError:
-        # No thread to be had (the process is at its limit): this lookup ends here.
+    except BaseException as exc:
+        # This lookup ends here, and leaves no name behind for later callers to wait on.
         _pending.pop(name, None)
         lookup.answer = UrlRefused(f"the host '{host}' could not be looked up now; try again later")
         lookup.done.set()
+        if not isinstance(exc, RuntimeError):  # RuntimeError: no thread to be had, a refusal
+            raise
 
 
 def url_check(

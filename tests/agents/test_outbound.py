@@ -8,6 +8,7 @@ import ipaddress
 import threading
 import time
 
+import httpx
 import pytest
 
 from agents import outbound
@@ -127,3 +128,20 @@ def test_callers_of_one_name_share_its_lookup_and_one_domain_cannot_take_every_l
     # Let go, every caller hears its name's answer (the server's "no").
     assert len(waiting) == len(callers)
     assert all(text.endswith("does not resolve") for text in waiting), waiting
+
+
+def test_a_check_out_of_time_starts_no_lookup():
+    with outbound.deadline(0):
+        with pytest.raises(UrlRefused) as refused:
+            url_check("http://localhost/", allow_private=False, allow_loopback=True)
+    assert str(refused.value) == "the host 'localhost' was not looked up: the check ran out of time before it"
+    assert "localhost" not in outbound.lookups_waiting()
+
+
+def test_the_pinned_request_has_the_urls_host_whatever_the_callers_headers_say():
+    target = outbound.Target(url=httpx.URL("https://agent.example/a2a"), address="93.184.216.34")
+    with httpx.Client() as client:
+        request = target.request(client, "GET", headers={"host": "internal.example", "X-Key": "k"})
+    assert [value for name, value in request.headers.raw if name.lower() == b"host"] == [b"agent.example"]
+    assert request.url.host == "93.184.216.34" and request.extensions["sni_hostname"] == "agent.example"
+    assert request.headers["X-Key"] == "k"

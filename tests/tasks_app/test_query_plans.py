@@ -202,6 +202,30 @@ def _generic_plan(statement: str, params) -> dict:
             cursor.execute("DEALLOCATE planned")
 
 
+def _the_statement(marker: str, run):
+    """run()'s answer, and the one statement it ran that holds `marker` (with its parameters)."""
+    ran: list[tuple[str, object]] = []
+
+    def capture(execute, statement, params, many, context):
+        if marker in statement:
+            ran.append((statement, params))
+        return execute(statement, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        answer = run()
+    [(statement, params)] = ran
+    return answer, statement, params
+
+
+def _message_rows_read(plan: dict) -> list[int]:
+    """The rows each scan of the message table in `plan` read (kept and filtered out)."""
+    scans = [scan for scan in _scans(plan) if scan["Relation Name"] == "tasks_app_message"]
+    assert scans, plan
+    return [
+        scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0) for scan in scans
+    ]
+
+
 def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
     """GetTask's page of history is an ordered index scan that stops at the page, however long the history.
 
@@ -211,26 +235,17 @@ def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
     when that plan costs no more than the custom ones (here a quarter).
     """
     caller = _caller()
-    ran: list[tuple[str, object]] = []
-
-    def capture(execute, statement, params, many, context):
-        if "ORDER BY m.created_at DESC" in statement:
-            ran.append((statement, params))
-        return execute(statement, params, many, context)
 
     def work():
         outcome = _send(caller)
         _add_history(caller, outcome.task, LONG_HISTORY)
-        with connection.execute_wrapper(capture):
-            answer = _stored_answer(caller, str(outcome.task.pk))
-        [(statement, params)] = ran
+        answer, statement, params = _the_statement(
+            "ORDER BY m.created_at DESC", lambda: _stored_answer(caller, str(outcome.task.pk))
+        )
         plan = _generic_plan(statement, params)
         page = len(answer["history"])
         assert page == 100
-        scans = [scan for scan in _scans(plan) if scan["Relation Name"] == "tasks_app_message"]
-        assert scans, plan
-        for scan in scans:
-            read = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
+        for read in _message_rows_read(plan):
             assert read <= page + 1, plan
 
     _in_rollback(work)
@@ -239,26 +254,15 @@ def test_a_page_of_history_reads_only_the_page_once_prepared(stored):
 def test_a_list_page_reads_no_more_of_each_tasks_history_than_it_answers(stored):
     """ListTasks' histories, once prepared: a LIMIT per task on the message index, not every message."""
     caller = _caller()
-    ran: list[tuple[str, object]] = []
-
-    def capture(execute, statement, params, many, context):
-        if "LATERAL" in statement:
-            ran.append((statement, params))
-        return execute(statement, params, many, context)
 
     def work():
         long, short = _send(caller), _send(caller)
         _add_history(caller, long.task, LONG_HISTORY)
-        with connection.execute_wrapper(capture):
-            page = task_list(caller, history_length=5)
-        [(statement, params)] = ran
+        page, statement, params = _the_statement("LATERAL", lambda: task_list(caller, history_length=5))
         histories = {task["id"]: len(task.get("history", [])) for task in page["tasks"]}
         assert histories == {str(long.task.pk): 5, str(short.task.pk): 1}
         plan = _generic_plan(statement, params)
-        scans = [scan for scan in _scans(plan) if scan["Relation Name"] == "tasks_app_message"]
-        assert scans, plan
-        for scan in scans:
-            read = scan["Actual Rows"] * scan["Actual Loops"] + scan.get("Rows Removed by Filter", 0)
+        for read in _message_rows_read(plan):
             # Six of each task at most (the page, and one for a status message it leaves out).
             assert read <= 2 * 6, plan
 

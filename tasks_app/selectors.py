@@ -20,13 +20,12 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from tasks_app.access import HISTORY_FIELDS, Caller, parse_task_uuid, tasks_visible_to
 from tasks_app.models import Artifact, DraftTaskAlias, Message, Task
 from tasks_app.protocol.convert import (
-    STATE_TO_PROTO_NAME,
     artifact_dict,
     message_dict,
     message_fields,
+    status_fields,
     task_dict,
     task_fields,
-    timestamp,
 )
 from tenants import sql
 from tenants.models import Application, Tenant
@@ -399,10 +398,10 @@ def task_list(
 
 def _list_status(pk, context_id: str, state: str, status_timestamp: datetime, message: list) -> dict:
     """A ListTasks row's status (protocol.convert.status_dict, from LIST_FIELDS' values)."""
-    status = {"state": STATE_TO_PROTO_NAME[state], "timestamp": timestamp(status_timestamp)}
     message_pk, message_id, role, parts, metadata, extensions, reference_task_ids = message
+    shown = None
     if message_pk is not None:
-        status["message"] = message_fields(
+        shown = message_fields(
             message_id,
             context_id,
             role,
@@ -412,7 +411,7 @@ def _list_status(pk, context_id: str, state: str, status_timestamp: datetime, me
             extensions=extensions,
             reference_task_ids=reference_task_ids,
         )
-    return status
+    return status_fields(state, status_timestamp, shown)
 
 
 def _histories(rows: list[tuple], history_length: int) -> dict:

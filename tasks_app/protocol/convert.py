@@ -97,12 +97,19 @@ def artifact_dict(artifact: Artifact) -> dict:
 
 
 def status_dict(task: Task) -> dict:
-    status = {
-        "state": STATE_TO_PROTO_NAME[task.state],
-        "timestamp": timestamp(task.status_timestamp),
-    }
-    if task.status_message is not None:
-        status["message"] = message_dict(task.status_message, task.context.context_id)
+    message = task.status_message
+    return status_fields(
+        task.state,
+        task.status_timestamp,
+        None if message is None else message_dict(message, task.context.context_id),
+    )
+
+
+def status_fields(state: str, status_timestamp: datetime, message: dict | None) -> dict:
+    """A TaskStatus in ProtoJSON from its column values (a list of tasks is read as rows)."""
+    status = {"state": STATE_TO_PROTO_NAME[state], "timestamp": timestamp(status_timestamp)}
+    if message is not None:
+        status["message"] = message
     return status
 
 

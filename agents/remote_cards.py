@@ -97,7 +97,8 @@ def _version_key(version: str) -> tuple[int, ...]:
 def card_fetch(url: str, *, headers: dict[str, str] | None = None, timeout: float = 5.0) -> RemoteCard:
     """GET and parse the card at `url` (A2A 1.0 or 0.3); raises CardUnavailable saying why.
 
-    Within `timeout` seconds in all: the card's lookup, its GET (each read) and its interfaces' lookups.
+    Within `timeout` seconds in all: the card's lookup, its GET and its interfaces' lookups. (A read
+    under way when the time is up may end it later, by at most what was left when the GET started.)
     """
     with deadline(timeout):
         return _card_fetch(url, headers, timeout)
@@ -122,6 +123,10 @@ def _card_fetch(url: str, headers: dict[str, str] | None, timeout: float) -> Rem
                 body = b""
                 for chunk in response.iter_bytes():
                     body += chunk
+                    # httpx's timeout is per read: a card sent a few bytes at a time
+                    # would take as long as the server liked.
+                    if time_left(timeout) <= 0:
+                        raise CardUnavailable(f"{url} did not send its card within {timeout:g} s.")
                     if len(body) > MAX_CARD_BYTES:
                         raise CardUnavailable(f"{url} sent more than {MAX_CARD_BYTES} bytes: not a card.")
             finally:

@@ -196,3 +196,41 @@ def test_a_proxied_turn_waits_for_dns_off_the_event_loop(silent_dns):
         'This proxy agent is not set up correctly: "url" in its config is refused: '
         "the host 'agent.silent.test' does not resolve."
     )
+
+
+def test_a_card_sent_a_byte_at_a_time_is_refused_within_the_fetch_timeout():
+    # httpx's timeout bounds each read, not the GET: a server that sends its card a
+    # byte at a time, each in time for the next read, held the import for as long
+    # as the card was long (here 30 s; MAX_CARD_BYTES bytes at most).
+    body = json.dumps(CARD).encode()[:150]
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+            conn.sendall(b"Content-Length: %d\r\n\r\n" % len(body))
+            for byte in body:
+                if stop.wait(0.2):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    server = threading.Thread(target=drip, daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/.well-known/agent-card.json"
+    started = time.monotonic()
+    try:
+        with override_settings(PROXY_ALLOW_PRIVATE_NETWORKS=True):
+            with pytest.raises(CardUnavailable) as refused:
+                finishes_within(10, card_fetch, url, timeout=1)
+    finally:
+        stop.set()
+        listener.close()
+        server.join(5)
+    assert time.monotonic() - started < 2.5
+    assert str(refused.value) == f"{url} did not send its card within 1 s."

@@ -9,6 +9,7 @@ URL stored for later (a push config) is only checked for what it says
 deadline: a DNS server that never answers is a refused URL, not a held thread.
 """
 
+import functools
 import ipaddress
 import math
 import socket
@@ -19,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import httpx
+from publicsuffixlist import PublicSuffixList
 
 SHARED_NETWORK = ipaddress.ip_network("100.64.0.0/10")
 # Cloud metadata and credential endpoints: refused even when private networks are allowed.
@@ -42,8 +44,9 @@ METADATA_ADDRESSES = frozenset(
 LOOKUP_TIMEOUT = 10.0
 # How many names may be looked up at once (each lookup holds a thread of its own, for as long
 # as the system resolver waits on a silent DNS server), and how many of them under one domain
-# (its last two labels): a tenant whose webhook names a domain that never answers does not use
-# up every lookup of the process. Callers asking for a name already being looked up share it.
+# (its registrable domain by the Public Suffix List: example.co.uk, alice.github.io): a tenant
+# whose webhook names a domain that never answers does not use up every lookup of the process.
+# Callers asking for a name already being looked up share it.
 MAX_LOOKUPS = 64
 MAX_LOOKUPS_PER_DOMAIN = 8
 _pending_lock = threading.Lock()
@@ -201,8 +204,15 @@ def lookups_waiting() -> list[str]:
         return list(_pending)
 
 
-def _domain(host: str) -> str:
-    return ".".join(host.rstrip(".").split(".")[-2:])
+@functools.cache
+def _suffixes() -> PublicSuffixList:
+    """The Public Suffix List as the package ships it (read once; never fetched)."""
+    return PublicSuffixList()
+
+
+def _domain(name: str) -> str:
+    """The name's registrable domain (example.co.uk, alice.github.io), or the name if it has none."""
+    return _suffixes().privatesuffix(name) or name
 
 
 def _lookup(host: str, port: int, timeout: float) -> list[str]:

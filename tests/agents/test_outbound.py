@@ -145,3 +145,13 @@ def test_the_pinned_request_has_the_urls_host_whatever_the_callers_headers_say()
     assert [value for name, value in request.headers.raw if name.lower() == b"host"] == [b"agent.example"]
     assert request.url.host == "93.184.216.34" and request.extensions["sni_hostname"] == "agent.example"
     assert request.headers["X-Key"] == "k"
+
+
+def test_lookups_are_capped_by_registrable_domain_not_by_the_last_two_labels():
+    # By the last two labels, every tenant under github.io or co.uk shared one domain's
+    # lookups: one silent site took them from all the others.
+    assert outbound._domain("alice.github.io") != outbound._domain("bob.github.io")
+    assert outbound._domain("hooks.shop.example.co.uk") == outbound._domain("api.example.co.uk")
+    assert outbound._domain("hooks.shop.example.co.uk") != outbound._domain("api.other.co.uk")
+    assert outbound._domain("a.silent.test") == outbound._domain("b.silent.test") == "silent.test"
+    assert outbound._domain("localhost") == "localhost"

@@ -103,6 +103,12 @@ def test_many_json_texts_decode_at_once_as_each_alone(values):
     assert sql.json_values(texts) == [sql.json_value(text) for text in texts]
 
 
+def test_json_texts_orjson_refuses_decode_as_the_orm_decodes_them():
+    # Django's JSONField writes NaN and Infinity (json.dumps), and integers of any size.
+    texts = ['{"score": NaN}', "[Infinity, -Infinity]", "123456789012345678901234567890", '{"a": 1}']
+    assert repr(sql.json_values(texts)) == repr([json.loads(text) for text in texts])
+
+
 NOT_JSON = st.sampled_from(["1,2", "[1", "nope", '"a"]["b"'])
 
 

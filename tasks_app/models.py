@@ -181,6 +181,9 @@ class Message(models.Model):
     # An approver's decision this message carries to the agent ({"decision", "by",
     # "principal"}), written by the platform alone (services._approval), never from the wire.
     approval = models.JSONField(null=True, blank=True)
+    # For a user message: the task's metadata as its turn found it, noted by the turn's
+    # first batch that changed it. A run again after a lost worker starts from it.
+    turn_metadata_base = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

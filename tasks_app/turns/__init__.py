@@ -23,8 +23,8 @@ its cancellation; one that swallows it is abandoned on its thread's loop,
 and the worker thread is free again.
 
 A turn run again (attempt 2 or later, after its worker was lost) first undoes
-what the lost attempt wrote to the task (its agent messages and artifact
-changes; its log entries stay, the log is append-only) and logs a WORKING
+what the lost attempt wrote to the task (its agent messages, artifact
+changes and task metadata; its log entries stay, the log is append-only) and logs a WORKING
 status that says so. Agent authors: execute() may run more than once for one
 turn.
 

@@ -173,7 +173,11 @@ def events_store(
             written.seq, written.payload, written.state = task.event_seq + 1, writer.entries[0][1], task.state
         # The batch renews the turn's lease too (a turn that stores events is alive),
         # and closes the turn when it settles the task: in the statement of its rows.
-        if not writer.commit(owned=owned_turn_statement(turn, done=task.state in SETTLED_STATES)):
+        # A batch that changes the task's metadata notes there what it was, if the turn has not yet.
+        owned = owned_turn_statement(
+            turn, done=task.state in SETTLED_STATES, metadata_base=writer.metadata_base
+        )
+        if not writer.commit(owned=owned):
             # Another attempt holds the turn: this one writes nothing (all of it undone).
             transaction.set_rollback(True)
             return None
@@ -196,6 +200,8 @@ class BatchWriter:
         self.artifacts: dict[str, Artifact] = {}
         self.changed_artifacts: dict[str, Artifact] = {}
         self.fields = {"state", "status_message", "status_timestamp", "updated_at", "event_seq"}
+        # The task's metadata before this batch changed it (None: unchanged), for a re-run.
+        self.metadata_base: dict | None = None
 
     def apply(self, event) -> None:
         if isinstance(event, pb.TaskStatusUpdateEvent):
@@ -258,6 +264,8 @@ class BatchWriter:
             # A status update's metadata is merged into the task's: the one place an
             # executor can keep state across turns (the a2a_proxy agent keeps its
             # remote task id here and reads it back from current_task.metadata).
+            if "metadata" not in self.fields:
+                self.metadata_base = task.metadata
             task.metadata = {**task.metadata, **metadata}
             self.fields.add("metadata")
         self.entries.append((TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task, metadata)}))

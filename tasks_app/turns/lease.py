@@ -124,11 +124,13 @@ def owned_turn(turn: Turn):
     return Message.objects.filter(**_owned(turn))
 
 
-def owned_turn_statement(turn: Turn, *, done: bool) -> tuple[str, list]:
+def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None = None) -> tuple[str, list]:
     """The UPDATE that renews the lease of a batch's turn, or closes it (done).
 
     It changes no row if another attempt holds the turn. Run with the batch's
-    INSERTs (BatchWriter.commit).
+    INSERTs (BatchWriter.commit). `metadata_base`: the task's metadata before
+    the batch changed it, kept as the turn's turn_metadata_base unless an
+    earlier batch of the turn noted one (setup._restart goes back to it).
     """
     now = timezone.now()
     if done:
@@ -138,6 +140,9 @@ def owned_turn_statement(turn: Turn, *, done: bool) -> tuple[str, list]:
     else:
         changes = "lease_until = %s"
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
+    if metadata_base is not None:
+        changes += ", turn_metadata_base = COALESCE(turn_metadata_base, %s)"
+        values.append(sql.prep(Message, "turn_metadata_base", metadata_base))
     statement = f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}"
     return statement, [*values, *_owned(turn).values()]
 

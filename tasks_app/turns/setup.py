@@ -153,7 +153,8 @@ def _restart(turn: Turn) -> bool:
     restart_id = f"restart-{turn.message_pk}-{turn.attempt}"
     with transaction.atomic():
         task = lock_task(turn.task_pk)
-        if not owned_turn(turn).exists() or task.is_terminal:
+        owned = list(owned_turn(turn).values_list("turn_metadata_base", flat=True)[:1])
+        if not owned or task.is_terminal:
             return False
         if Message.objects.filter(task=task, message_id=restart_id).exists():
             # Done already: a try whose COMMIT went through as the database went away
@@ -177,6 +178,11 @@ def _restart(turn: Turn) -> bool:
             "the worker running it was lost."
         )
         writer = BatchWriter(task, turn)
+        if owned[0] is not None:
+            # What the lost attempt merged into the task's metadata goes too: a re-run that
+            # found it would take the lost attempt's notes (a proxy's remote task) for its own.
+            task.metadata = owned[0]
+            writer.fields.add("metadata")
         writer.apply(
             pb.TaskStatusUpdateEvent(
                 status=pb.TaskStatus(

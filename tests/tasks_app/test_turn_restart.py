@@ -1,0 +1,62 @@
+"""A turn run again after its worker was lost starts from the task as the lost attempt found it.
+
+Service-level: the rows are made as the database holds them (a claimed turn, then
+a lapsed lease put back in the queue, as the sweeper leaves it); the claim and the
+restart are the worker's own code, on the real database.
+"""
+
+import uuid
+
+import pytest
+from a2a.types import a2a_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+
+from tasks_app.models import Message, Task
+from tasks_app.turns import TaskView, Turn, events_store
+from tasks_app.turns.setup import Claim, claim_and_prepare
+from tests.tasks_app.turn_rows import running_turn
+
+
+@pytest.fixture
+def lost_turn(stored):
+    """A task with metadata from an earlier turn, whose running turn is on its first attempt."""
+    task, message = running_turn(attempts=1, lease_seconds=60, state="submitted")
+    Task.objects.filter(pk=task.pk).update(metadata={"kept": "from an earlier turn"})
+    yield Turn(task_pk=str(task.pk), message_pk=message.pk, attempt=1, timeout=60.0)
+    Message.objects.filter(pk=message.pk).update(turn=Message.Turn.DONE, lease_until=None)
+
+
+def _status_with_metadata(task_pk: str, metadata: dict) -> pb.TaskStatusUpdateEvent:
+    event = pb.TaskStatusUpdateEvent(task_id=task_pk, status=pb.TaskStatus(state=pb.TASK_STATE_WORKING))
+    event.metadata.update(metadata)
+    return event
+
+
+def test_a_rerun_finds_the_task_metadata_as_the_lost_attempt_found_it(lost_turn):
+    turn = lost_turn
+    message = Message.objects.get(pk=turn.message_pk)
+    view = TaskView(messages=[message], artifacts=[])
+    # The lost attempt noted where its work went (the a2a_proxy agent: its remote task)...
+    lost = {"a2aProxy": {"remoteTaskId": f"remote-{uuid.uuid4()}"}, "kept": "overwritten"}
+    assert events_store(turn, [_status_with_metadata(turn.task_pk, lost)], view) == "working"
+    # ...then its worker was lost: the sweeper put the turn back in the queue.
+    Message.objects.filter(pk=turn.message_pk).update(turn=Message.Turn.PENDING, lease_until=None)
+
+    setup = claim_and_prepare(turn.task_pk, turn.message_pk, Claim())
+
+    assert setup is not None
+    rerun, _executor, request_context, _view = setup
+    assert rerun.attempt == 2
+    # The agent runs the turn again from its input: nothing of what the lost attempt noted.
+    assert MessageToDict(request_context.current_task.metadata) == {"kept": "from an earlier turn"}
+    assert Task.objects.get(pk=turn.task_pk).metadata == {"kept": "from an earlier turn"}
+
+
+def test_a_rerun_keeps_metadata_the_lost_attempt_did_not_touch(lost_turn):
+    turn = lost_turn
+    Message.objects.filter(pk=turn.message_pk).update(turn=Message.Turn.PENDING, lease_until=None)
+
+    setup = claim_and_prepare(turn.task_pk, turn.message_pk, Claim())
+
+    assert setup is not None
+    assert MessageToDict(setup[2].current_task.metadata) == {"kept": "from an earlier turn"}

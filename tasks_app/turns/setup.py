@@ -122,11 +122,8 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
         handler=task.agent.handler,
     )
     if task.is_terminal:
-        closed = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
-        if closed and task.state == TaskState.CANCELED:
-            # Canceled between the claim and this read (on SQLite they are two statements):
-            # task_cancel saw this turn running and left the agent's cancel() to it.
-            agent_cancel_dispatch(task.pk)
+        # Canceled between the claim and this read (on SQLite they are two statements).
+        _close_on_ended_task(turn, task)
         return None
     if turn.attempt > 1:
         if not _restart(turn):
@@ -148,13 +145,31 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
     return turn, executor, request_context, view
 
 
+def _close_on_ended_task(turn: Turn, task: Task) -> None:
+    """Close a claimed turn whose task ended before it ran; a canceled task's agent gets its cancel().
+
+    task_cancel saw this turn running and left the agent's cancel() to it.
+    """
+    closed = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+    if closed and task.state == TaskState.CANCELED:
+        task_pk = task.pk
+        transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
+
+
 def _restart(turn: Turn) -> bool:
-    """Undo what a lost attempt of this turn wrote to its task, and log that the turn starts over."""
+    """Undo what a lost attempt of this turn wrote to its task, and log that the turn starts over.
+
+    False if there is nothing to run: another attempt holds the turn, or its task ended.
+    """
     restart_id = f"restart-{turn.message_pk}-{turn.attempt}"
     with transaction.atomic():
         task = lock_task(turn.task_pk)
         owned = list(owned_turn(turn).values_list("turn_metadata_base", flat=True)[:1])
-        if not owned or task.is_terminal:
+        if not owned:
+            return False
+        if task.is_terminal:
+            # Ended since the claim read it (a cancel): closed now, not left to its lease.
+            _close_on_ended_task(turn, task)
             return False
         if Message.objects.filter(task=task, message_id=restart_id).exists():
             # Done already: a try whose COMMIT went through as the database went away

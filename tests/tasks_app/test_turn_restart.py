@@ -5,15 +5,21 @@ a lapsed lease put back in the queue, as the sweeper leaves it); the claim and t
 restart are the worker's own code, on the real database.
 """
 
+import threading
+import time
 import uuid
 
 import pytest
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
+from tasks_app.access import Caller
 from tasks_app.models import Message, Task
+from tasks_app.services import task_cancel
 from tasks_app.turns import TaskView, Turn, events_store
+from tasks_app.turns import setup as turn_setup
 from tasks_app.turns.setup import Claim, claim_and_prepare
+from tests.conftest import slowed
 from tests.tasks_app.turn_rows import running_turn
 
 
@@ -60,3 +66,34 @@ def test_a_rerun_keeps_metadata_the_lost_attempt_did_not_touch(lost_turn):
 
     assert setup is not None
     assert MessageToDict(setup[2].current_task.metadata) == {"kept": "from an earlier turn"}
+
+
+def test_a_rerun_whose_task_is_canceled_as_it_is_claimed_closes_and_gives_the_agent_its_cancel(
+    lost_turn, monkeypatch
+):
+    turn = lost_turn
+    task = Task.objects.select_related("tenant", "agent").get(pk=turn.task_pk)
+    Message.objects.filter(pk=turn.message_pk).update(turn=Message.Turn.PENDING, lease_until=None)
+    given = []
+    monkeypatch.setattr(turn_setup, "agent_cancel_dispatch", given.append)
+    # The worker reads what it claimed late: CancelTask comes between the claim and the restart.
+    slowed(monkeypatch, turn_setup, "_load", 1.0)
+    outcome = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(claim_and_prepare(turn.task_pk, turn.message_pk, Claim()))
+    )
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not Message.objects.filter(pk=turn.message_pk, turn=Message.Turn.RUNNING).exists():
+        assert time.monotonic() < deadline, "the turn was never claimed"
+        time.sleep(0.01)
+    # CancelTask sees the turn running, and leaves the agent's cancel() to it.
+    canceled = task_cancel(Caller(tenant=task.tenant, agent=task.agent, principal=task.owner), turn.task_pk)
+    worker.join(timeout=30)
+
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    assert outcome == [None]  # nothing to run
+    # The turn is closed at once, not left running (counted against the tenant's
+    # max_running_turns) until its lease lapses and a sweep finds it.
+    assert Message.objects.get(pk=turn.message_pk).turn == Message.Turn.DONE
+    assert given == [task.pk]

@@ -65,8 +65,9 @@ def claim_statement() -> str:
     )
 
 
-def claim_params(task_pk, message_pk: int) -> list:
-    now = timezone.now()
+def claim_params(task_pk, message_pk: int, now=None) -> list:
+    """claim_statement's values; `now` is the claim's turn_started_at, which names it (setup.Claim)."""
+    now = now or timezone.now()
     return [
         Message.Turn.RUNNING,
         sql.prep(Message, "turn_started_at", now),
@@ -77,9 +78,9 @@ def claim_params(task_pk, message_pk: int) -> list:
     ]
 
 
-def turn_claim(task_pk, message_pk: int) -> bool:
+def turn_claim(task_pk, message_pk: int, now=None) -> bool:
     """Take a queued turn of the task: count an attempt, hold its lease. False if another worker has it."""
-    return bool(sql.execute(claim_statement(), claim_params(task_pk, message_pk)))
+    return bool(sql.execute(claim_statement(), claim_params(task_pk, message_pk, now)))
 
 
 async def retrying(fn, *args, **kwargs):

@@ -3,12 +3,14 @@ the agent's RequestContext built.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from a2a.server.agent_execution import RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.types import a2a_pb2 as pb
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
 from agents.approvals import AUTHORIZATION_KEY
@@ -38,23 +40,37 @@ from tenants.models import Tenant
 @dataclass
 class Claim:
     held: bool = False
+    # The turn_started_at this worker's claim wrote, chosen before it runs: it names the claim.
+    started_at: datetime | None = None
 
 
 def claim_and_prepare(task_pk, message_pk: int, claim: Claim):
     """Claim the turn and set it up, in one database call; None if there is nothing to run.
 
-    The claim is made once: a try again after an outage (`retrying`) finds it held.
+    The claim is made once: a try again after an outage (`retrying`) finds it
+    held, or, when the database went away as the claim committed (the
+    statement raised, yet it was stored), finds its turn_started_at on the row.
     """
     loaded = None
     if not claim.held:
-        if connection.vendor == "postgresql":
+        if claim.started_at is not None and _claimed_by(task_pk, message_pk, claim.started_at):
+            claim.held = True  # this worker's own claim, whose answer was lost
+        elif connection.vendor == "postgresql":
             # One statement: the claim's UPDATE, and the turn's read of what it claimed.
             loaded = _load(task_pk, message_pk, claim=claim)
-        elif turn_claim(task_pk, message_pk):
-            claim.held = True
+        else:
+            claim.started_at = timezone.now()
+            claim.held = turn_claim(task_pk, message_pk, claim.started_at)
         if not claim.held:
             return None  # another delivery of this turn got there first
     return _prepare(task_pk, message_pk, loaded)
+
+
+def _claimed_by(task_pk, message_pk: int, started_at: datetime) -> bool:
+    """Whether the turn is running under the claim that started it at `started_at`."""
+    return Message.objects.filter(
+        pk=message_pk, task_id=task_pk, turn=Message.Turn.RUNNING, turn_started_at=started_at
+    ).exists()
 
 
 def _load(task_pk, message_pk: int, *, claim: Claim | None = None) -> tuple[Task, TaskView, Message] | None:
@@ -70,7 +86,8 @@ def _load(task_pk, message_pk: int, *, claim: Claim | None = None) -> tuple[Task
     claiming, source = "", f"{sql.table(Message)} m"
     if claim is not None:
         claiming, source = f"WITH m AS ({claim_statement()} RETURNING *) ", "m"
-        params = [*claim_params(task_pk, message_pk), *params]
+        claim.started_at = timezone.now()
+        params = [*claim_params(task_pk, message_pk, claim.started_at), *params]
     row = sql.fetch_one(
         f"{claiming}SELECT {sql.columns(Message, 'm')}, {sql.columns(Task, 't')}, {sql.columns(Agent, 'a')}, "
         f"{sql.columns(Tenant, 'n')}, {sql.columns(Context, 'c')} "

@@ -97,3 +97,23 @@ def test_a_rerun_whose_task_is_canceled_as_it_is_claimed_closes_and_gives_the_ag
     # max_running_turns) until its lease lapses and a sweep finds it.
     assert Message.objects.get(pk=turn.message_pk).turn == Message.Turn.DONE
     assert given == [task.pk]
+
+
+def test_a_claim_tried_again_after_its_commit_went_through_runs_the_turn(lost_turn):
+    turn = lost_turn
+    Message.objects.filter(pk=turn.message_pk).update(
+        turn=Message.Turn.PENDING, turn_attempts=0, lease_until=None
+    )
+    claim = Claim()
+    assert claim_and_prepare(turn.task_pk, turn.message_pk, claim) is not None
+    # The database went away as the claim's statement committed: its answer was lost, and
+    # the try raised before it could note the claim held. `retrying` tries again.
+    claim.held = False
+
+    setup = claim_and_prepare(turn.task_pk, turn.message_pk, claim)
+
+    # The claim is known for this worker's own: the turn runs now, on its first attempt,
+    # instead of waiting out its lease to be run again as if its worker were lost.
+    assert setup is not None
+    assert setup[0].attempt == 1
+    assert Message.objects.get(pk=turn.message_pk).turn_attempts == 1

@@ -15,27 +15,38 @@ from tasks_app.turns.batches import BatchWriter
 from tasks_app.turns.lease import Turn, TurnTimedOut, lock_task
 
 
-def _finished_now() -> dict:
+def _finished(at) -> dict:
     """The turn's end, for the console's charts; a turn closed twice keeps its first end."""
-    now = Value(timezone.now(), output_field=DateTimeField())
-    return {"turn_finished_at": Coalesce("turn_finished_at", now)}
+    return {"turn_finished_at": Coalesce("turn_finished_at", Value(at, output_field=DateTimeField()))}
 
 
-def turn_finish(task_pk, message_pk: int, error: BaseException | None, *, attempt: int | None = None) -> bool:
+def turn_finish(
+    task_pk, message_pk: int, error: BaseException | None, *, attempt: int | None = None, finished_at=None
+) -> bool:
     """Close a turn. A task the agent left unsettled ends FAILED with the reason.
 
     True if the task was CANCELED when the turn closed. The turn is marked done
     while holding the task's lock, which task_cancel takes too: a cancel either
     sees this turn running (and leaves the agent's cancel() to it) or done.
     With an attempt, nothing happens if another attempt holds the turn now.
+
+    `finished_at`: the end this close writes, the same for every try of it
+    (`retrying`): a try after one whose commit went through finds it there,
+    and answers as that one did (but for a cancel that came in between: it
+    found no turn running and gave the agent its cancel() itself, so the agent
+    may get two, in a window only a database outage opens).
     """
+    finished_at = finished_at or timezone.now()
     with transaction.atomic():
         task = lock_task(task_pk)
         closing = Message.objects.filter(pk=message_pk)
         if attempt is not None:
             closing = closing.filter(turn=Message.Turn.RUNNING, turn_attempts=attempt)
-        if not closing.update(turn=Message.Turn.DONE, lease_until=None, **_finished_now()):
-            return False
+        if not closing.update(turn=Message.Turn.DONE, lease_until=None, **_finished(finished_at)):
+            # Closed already. By this close itself (its answer lost), if the end is its own: the
+            # failure it wrote is there, and a cancel it found still wants the agent's cancel().
+            mine = Message.objects.filter(pk=message_pk, turn=Message.Turn.DONE, turn_finished_at=finished_at)
+            return task.state == TaskState.CANCELED and mine.exists()
         if task.is_terminal or task.is_interrupted:
             return task.state == TaskState.CANCELED
         if Message.objects.filter(task=task, role=Message.Role.USER, pk__gt=message_pk).exists():

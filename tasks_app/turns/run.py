@@ -5,6 +5,7 @@ import logging
 import time
 
 from django.conf import settings
+from django.utils import timezone
 
 from agents.registry import HandlerNotAvailable
 from tasks_app import engine, metrics
@@ -116,7 +117,9 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         if turn is not None and not lost and not (queue is not None and queue.finished):
             if isinstance(error, TurnAborted):
                 error = None
-            canceled = await retrying(turn_finish, task_pk, message_pk, error, attempt=turn.attempt)
+            canceled = await retrying(
+                turn_finish, task_pk, message_pk, error, attempt=turn.attempt, finished_at=timezone.now()
+            )
             if canceled and not cancel_given and not queue.ended_task:
                 # Canceled from outside while this turn was still running, but not
                 # stopped by the watcher: the execution had already returned (the

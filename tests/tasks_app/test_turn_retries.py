@@ -1,8 +1,12 @@
-"""A turn run again after its worker was lost starts from the task as the lost attempt found it.
+"""A turn's claim, restart and close, tried again or raced: each does its work once, and all of it.
+
+A turn run again after its worker was lost starts from the task as the lost
+attempt found it. A write tried again after a commit that went through (the
+database went away as it answered: tasks_app.turns.lease.retrying) knows its own work.
 
 Service-level: the rows are made as the database holds them (a claimed turn, then
-a lapsed lease put back in the queue, as the sweeper leaves it); the claim and the
-restart are the worker's own code, on the real database.
+a lapsed lease put back in the queue, as the sweeper leaves it); the claim, the
+restart and the close are the worker's own code, on the real database.
 """
 
 import threading
@@ -11,12 +15,13 @@ import uuid
 
 import pytest
 from a2a.types import a2a_pb2 as pb
+from django.utils import timezone
 from google.protobuf.json_format import MessageToDict
 
 from tasks_app.access import Caller
 from tasks_app.models import Message, Task
 from tasks_app.services import task_cancel
-from tasks_app.turns import TaskView, Turn, events_store
+from tasks_app.turns import TaskView, Turn, events_store, turn_finish
 from tasks_app.turns import setup as turn_setup
 from tasks_app.turns.setup import Claim, claim_and_prepare
 from tests.conftest import slowed
@@ -117,3 +122,26 @@ def test_a_claim_tried_again_after_its_commit_went_through_runs_the_turn(lost_tu
     assert setup is not None
     assert setup[0].attempt == 1
     assert Message.objects.get(pk=turn.message_pk).turn_attempts == 1
+
+
+def test_a_close_tried_again_after_its_commit_went_through_still_gives_the_agent_its_cancel(lost_turn):
+    turn = lost_turn
+    # CancelTask came as the agent returned: it saw the turn running, and left the agent's cancel() to it.
+    Task.objects.filter(pk=turn.task_pk).update(state="canceled")
+    finished_at = timezone.now()
+    assert turn_finish(turn.task_pk, turn.message_pk, None, attempt=1, finished_at=finished_at) is True
+    # The answer to that COMMIT was lost: `retrying` tries the same close again.
+    again = turn_finish(turn.task_pk, turn.message_pk, None, attempt=1, finished_at=finished_at)
+
+    assert again is True  # canceled while this turn ran: the agent gets its cancel()
+    closed = Message.objects.get(pk=turn.message_pk)
+    assert (closed.turn, closed.turn_finished_at) == (Message.Turn.DONE, finished_at)
+
+
+def test_a_turn_closed_by_another_is_not_taken_for_this_closes_own(lost_turn):
+    turn = lost_turn
+    Task.objects.filter(pk=turn.task_pk).update(state="canceled")
+    # The sweeper gave the lapsed turn up (and the agent its cancel()) before this worker closed it.
+    Message.objects.filter(pk=turn.message_pk).update(turn=Message.Turn.DONE, lease_until=None)
+
+    assert turn_finish(turn.task_pk, turn.message_pk, None, attempt=1, finished_at=timezone.now()) is False

@@ -23,10 +23,10 @@ its cancellation; one that swallows it is abandoned on its thread's loop,
 and the worker thread is free again.
 
 A turn run again (attempt 2 or later, after its worker was lost) first undoes
-what the lost attempt wrote to the task (its agent messages, artifact
-changes and task metadata; its log entries stay, the log is append-only) and logs a WORKING
-status that says so. Agent authors: execute() may run more than once for one
-turn.
+what the lost attempt wrote to the task (its agent messages, artifact changes
+and task metadata; its log entries stay, the log is append-only) and logs a
+WORKING status that says so. Agent authors: execute() may run more than once
+for one turn.
 
 A task canceled while no turn runs (it waits for input, or its turn is still
 queued) gets its agent's cancel() from a job of its own (agent_cancel), so an

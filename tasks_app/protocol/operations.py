@@ -121,7 +121,11 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
     """SendStreamingMessage; `send` as for send_message."""
     call, outcome = await _accept(send, call, request, checks=check_tenant)
     # Accepted: from here on the stream is the answer, as for send_message.
-    if call.last_event_id is not None:
+    new_task = outcome.seq_before == 0 and not outcome.duplicate
+    # Last-Event-ID resumes a stream of a task the client knows: a resent message's, or the task a
+    # follow-up continues. A task that did not exist before this request has no stream to resume:
+    # its log positions match the header by chance, and its first entries (the Task) were skipped.
+    if call.last_event_id is not None and not new_task:
         try:
             log_end = await db(_log_end, outcome.task.pk)
         except UNAVAILABLE_ERRORS as exc:
@@ -133,8 +137,8 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
         if outcome.duplicate:
             # A resent message resuming from an id its stream never sent.
             raise _beyond_log(call.last_event_id, log_end)
-        # A new message: the header cannot be about its stream; serve it from the start.
-    if outcome.seq_before == 0 and not outcome.duplicate:
+        # A follow-up, and an id beyond its task's log: not about this stream; serve it from the start.
+    if new_task:
         # A new task: its log starts with the Task itself, so the stream is the log. Its
         # first entry is the Task as the accept stored it: sent from here, not read back.
         first = (1, {"task": outcome.snapshot})

@@ -174,6 +174,20 @@ def test_a_retried_streaming_send_after_the_final_event_closes_at_once(server):
     assert time.monotonic() - started < CLOSES_WITHIN
 
 
+def test_a_new_streaming_send_with_a_last_event_id_streams_its_new_task_from_the_start(server):
+    # No Idempotency-Key: not a retry but a new task, whose stream the header cannot be
+    # about (a client that sends its last id with every request, say). Ids 1 and 2 are
+    # in every new task's log by the time it is read, or soon after.
+    for last_event_id in ("1", "2"):
+        params = user_message("new one", f"edge-{uuid.uuid4()}")
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+        with stream(server.agent_url("echo"), body, headers={"Last-Event-ID": last_event_id}) as response:
+            seen = list(read_events(response))
+        assert "task" in seen[0]["data"]["result"], seen[0]
+        assert seen[0]["id"] == "1"
+        assert seen[-1]["data"]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
 def test_a_retried_streaming_send_beyond_the_log_is_invalid_params(server):
     params = user_message("retry me far", f"edge-{uuid.uuid4()}")
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}

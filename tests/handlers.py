@@ -103,3 +103,10 @@ class GatedReplyExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         return None
+
+
+class OpenGatedReplyExecutor(GatedReplyExecutor):
+    """GatedReplyExecutor without answers_with_task: its task is not shown before its Message,
+    which makes the exchange a message exchange (the resent-stream tests)."""
+
+    answers_with_task = False

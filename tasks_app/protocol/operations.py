@@ -144,7 +144,9 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
         first = (1, {"task": outcome.snapshot})
         hold = outcome.task.reply == Task.Reply.OPEN
         return _stream(outcome.task.pk, after=1, snapshot=False, first=first, hold_first=hold)
-    return _stream(outcome.task.pk, after=None, snapshot=True, accepted=outcome)
+    # A resent message whose agent has not spoken yet may still answer with a Message alone.
+    hold = outcome.task.reply == Task.Reply.OPEN
+    return _stream(outcome.task.pk, after=None, snapshot=True, hold_first=hold, accepted=outcome)
 
 
 @takes_pending_call
@@ -212,8 +214,10 @@ async def _stream(
 
     snapshot: first the task as it is now (`after` is then its log position).
     first: the log entry at `after`, already in hand (a new task's Task).
-    hold_first: `first` waits for the agent's first event; a Message alone replaces it.
+    hold_first: `first`, or a snapshot of a task whose log holds only its Task (the agent
+    has not spoken), waits for the agent's first event; a Message alone replaces it.
     """
+    held = None
     if snapshot:
         # The spec wants the current Task first; its id is the log position it reflects.
         # (A retried send of a message exchange gets the agent's Message, the whole answer.)
@@ -225,13 +229,15 @@ async def _stream(
             # A send's stream: the task as it was accepted, then the log from there.
             logger.warning("Reading task %s: the database is unavailable (%r)", task_pk, exc)
             after, current = accepted.task.event_seq, {"task": accepted.accepted}
-        yield after, current
         state = payload_state(current)
-        if "message" in current or state in TERMINAL_STATES:
+        ends = "message" in current or state in TERMINAL_STATES
+        ends = ends or (state in INTERRUPTED_STATES and not wait_past_interruption)
+        if hold_first and after == 1 and not ends:
+            held = (after, current)
+        else:
+            yield after, current
+        if ends:
             return
-        if state in INTERRUPTED_STATES and not wait_past_interruption:
-            return
-    held = None
     if first is not None:
         if hold_first:
             held = first

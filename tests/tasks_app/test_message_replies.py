@@ -178,3 +178,25 @@ def test_a_retry_with_the_idempotency_key_gets_the_same_message(rpc, replier):
     first = rpc("SendMessage", params, agent=replier, headers=headers)["result"]
     again = rpc("SendMessage", params, agent=replier, headers=headers)["result"]
     assert again == first and "message" in first
+
+
+def test_a_resent_stream_of_an_exchange_not_yet_answered_shows_no_task_before_the_message(
+    server, stored, tmp_path
+):
+    """A streaming send with an Idempotency-Key whose stream dropped before the agent spoke, sent
+    again: the agent's Message is the whole answer, as the first stream would have had it."""
+    agent = _demo_agent("gated-open")
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    params = user_message(str(gate), f"m-{uuid.uuid4()}")
+    body = {"jsonrpc": "2.0", "id": 4, "method": "SendStreamingMessage", "params": params}
+    key = {"Idempotency-Key": f"resend-{uuid.uuid4()}"}
+    with stream(server.agent_url(agent), body, headers=key) as response:
+        assert response.status_code == 200  # accepted; the connection drops here
+    with stream(server.agent_url(agent), body, headers=key) as response:
+        time.sleep(0.5)  # the resend's stream is open while the agent still waits
+        gate.touch()
+        resent = [event["data"]["result"] for event in read_events(response)]
+
+    assert [list(payload) for payload in resent] == [["message"]]
+    assert resent[0]["message"]["parts"] == [{"text": f"Gate {gate.name} opened"}]
+    assert "taskId" not in resent[0]["message"]

@@ -314,6 +314,18 @@ def _dispatch_after_commit(task: Task, message: Message) -> None:
     transaction.on_commit(lambda: turn_dispatch(task_pk, message_pk), robust=True)
 
 
+def task_reveal(task: Task) -> None:
+    """The caller is about to be shown `task` as a task: from now on it stays one.
+
+    Only for a task whose agent has not spoken yet (Task.Reply.OPEN, its log
+    holding only its Task): the agent's Message alone would otherwise make it a
+    message exchange, a task its caller, who holds its id, no longer finds. A
+    conditional UPDATE: an exchange the agent's Message made first stays one.
+    """
+    if task.reply == Task.Reply.OPEN and task.event_seq <= 1:
+        Task.objects.filter(pk=task.pk, reply=Task.Reply.OPEN, event_seq=1).update(reply=Task.Reply.TASK)
+
+
 def task_answer(found: FoundTask | None, *, history_length: int | None = None) -> dict:
     """GetTask's answer for the caller's task read with its artifacts (None: not found or not theirs).
 

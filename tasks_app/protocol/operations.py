@@ -31,7 +31,7 @@ from tasks_app.selectors import (
     task_list,
     with_history_length,
 )
-from tasks_app.services import SendOutcome, message_send, task_answer, task_cancel
+from tasks_app.services import SendOutcome, message_send, task_answer, task_cancel, task_reveal
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +83,16 @@ async def send_message(call, request: pb.SendMessageRequest, *, send=message_sen
         # A new task, answered as the accept stored it: no second read.
         return {"task": with_history_length(outcome.snapshot, history_length)}
     try:
-        return await db(send_answer, outcome.task.pk, history_length=history_length)
+        return await db(_answer, outcome.task, history_length)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("Reading task %s: the database is unavailable (%r)", outcome.task.pk, exc)
         return {"task": outcome.accepted}
+
+
+def _answer(task: Task, history_length: int | None) -> dict:
+    """SendMessage's answer read from the store: a task shown to its caller stays a task."""
+    task_reveal(task)
+    return send_answer(task.pk, history_length=history_length)
 
 
 def _send_checks(call: Call, request: pb.SendMessageRequest) -> None:

@@ -200,3 +200,39 @@ def test_a_resent_stream_of_an_exchange_not_yet_answered_shows_no_task_before_th
     assert [list(payload) for payload in resent] == [["message"]]
     assert resent[0]["message"]["parts"] == [{"text": f"Gate {gate.name} opened"}]
     assert "taskId" not in resent[0]["message"]
+
+
+@pytest.fixture
+def short_wait(server, db_settings, log_dir):
+    """A web process whose blocking calls wait one second (the session's worker runs its turns)."""
+    from tests.live import start_web
+
+    web = start_web(db_settings, log_dir, name="web-short-wait", extra_env={"A2A_BLOCKING_TIMEOUT": "1"})
+    yield web
+    web.stop()
+
+
+def test_a_task_a_blocking_send_showed_at_its_timeout_stays_a_task(short_wait, stored, tmp_path):
+    """The agent had not spoken when the blocking call gave up waiting and answered with the
+    task: the caller holds its id now, so the agent's later Message completes that task
+    instead of making it a message exchange that GetTask no longer finds."""
+    agent = _demo_agent("gated-open")
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    url = short_wait.agent_url(agent)
+
+    def call(method: str, params: dict) -> dict:
+        body = {"jsonrpc": "2.0", "id": 5, "method": method, "params": params}
+        return httpx.post(url, json=body, headers=HEADERS, timeout=30).json()
+
+    shown = call("SendMessage", user_message(str(gate), f"m-{uuid.uuid4()}"))["result"]["task"]
+    assert shown["status"]["state"] == "TASK_STATE_SUBMITTED"
+    gate.touch()
+    deadline = time.monotonic() + 30
+    while Task.objects.get(pk=shown["id"]).state != "completed":
+        assert time.monotonic() < deadline, "the agent never answered"
+        time.sleep(0.1)
+
+    found = call("GetTask", {"id": shown["id"]})
+    assert "result" in found, found
+    assert found["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert found["result"]["status"]["message"]["parts"] == [{"text": f"Gate {gate.name} opened"}]

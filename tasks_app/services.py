@@ -7,6 +7,7 @@ the transaction commits.
 
 import hashlib
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,7 +20,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 from django.utils import timezone
 
 from agents.approvals import requested_decision
@@ -63,6 +64,20 @@ class IdempotencyKeyReused(InvalidParamsError):
     """An Idempotency-Key sent again with a different request (HTTP 422, JSON-RPC -32602)."""
 
 
+class CommitUnknown(OperationalError):
+    """A send's COMMIT got no answer, and the store could not be asked since: it may have gone through.
+
+    An OperationalError, so whatever handles an unreachable database handles
+    it; the bindings say that the message may have been stored.
+    """
+
+
+# How long a send whose COMMIT got no answer goes on looking for its message (a restart's time), and
+# the pause between two looks. Each look may wait DB_POOL_TIMEOUT for a connection besides.
+COMMIT_CHECK_FOR = 5.0
+COMMIT_CHECK_PAUSE = 0.25
+
+
 def message_send(
     caller: Caller,
     request: pb.SendMessageRequest,
@@ -92,7 +107,10 @@ def message_send(
     One transaction stores everything (context, task, message, the first log
     entry, the key); the turn is dispatched and the entry published after it
     commits, and a failure there is only logged: the task is accepted, the
-    sweeper dispatches it again.
+    sweeper dispatches it again. A COMMIT whose answer is lost (the database
+    went away as it answered) is no refusal: the store is asked whether the
+    message is there (_stored_after_all), and a send stored after all is
+    accepted; one that cannot be told raises CommitUnknown.
 
     A message to an auth-required task from an approver who is not its
     requester carries that approver's decision to the agent (`_approval`);
@@ -117,35 +135,69 @@ def message_send(
     body_hash = (
         hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
     )
-    with transaction.atomic():
-        if message.task_id:
-            task = _task_to_continue(caller, message)
-        else:
-            reply = Task.Reply.TASK
-            if (
-                reply_as_message
-                and not request.configuration.return_immediately
-                and not answers_with_task(caller.agent.handler)
-            ):
-                reply = Task.Reply.OPEN
-            task = _new_task(caller, message, reply, task_pk)
-        if idempotency_key:
-            previous = _key_claim(caller, idempotency_key, body_hash, task)
-            if previous is not None:
-                # A retry: roll back what this request made (a new context, say);
-                # its task was never saved and no turn is dispatched.
-                transaction.set_rollback(True)
-                return SendOutcome(task=previous, seq_before=0, duplicate=True)
-        if count_turn:
-            # After the key: a send stored already is answered with its task, whatever the quota.
-            quota_turn_claim(caller.tenant)
-        if message.task_id:
-            seq_before = _continue_task(caller, task, message, push_config, decision)
-            snapshot = None
-        else:
-            snapshot = _create_task(caller, task, message, push_config)
-            seq_before = 0
+    # The user message, once the transaction has written all it writes: only its COMMIT is left then.
+    stored = None
+    try:
+        with transaction.atomic():
+            if message.task_id:
+                task = _task_to_continue(caller, message)
+            else:
+                reply = Task.Reply.TASK
+                if (
+                    reply_as_message
+                    and not request.configuration.return_immediately
+                    and not answers_with_task(caller.agent.handler)
+                ):
+                    reply = Task.Reply.OPEN
+                task = _new_task(caller, message, reply, task_pk)
+            if idempotency_key:
+                previous = _key_claim(caller, idempotency_key, body_hash, task)
+                if previous is not None:
+                    # A retry: roll back what this request made (a new context, say);
+                    # its task was never saved and no turn is dispatched.
+                    transaction.set_rollback(True)
+                    return SendOutcome(task=previous, seq_before=0, duplicate=True)
+            if count_turn:
+                # After the key: a send stored already is answered with its task, whatever the quota.
+                quota_turn_claim(caller.tenant)
+            if message.task_id:
+                seq_before, stored = _continue_task(caller, task, message, push_config, decision)
+                snapshot = None
+            else:
+                snapshot, stored = _create_task(caller, task, message, push_config)
+                seq_before = 0
+    except UNAVAILABLE_ERRORS:
+        # Inside a caller's transaction that one's COMMIT decides; else ours was under way.
+        if stored is None or transaction.get_connection().in_atomic_block or not _stored_after_all(stored):
+            raise
+        logger.warning("Task %s: the COMMIT of its message got no answer; it was stored", stored.task_id)
+        turn_dispatch(stored.task_id, stored.pk)  # its on_commit hook never ran
     return SendOutcome(task=task, seq_before=seq_before, snapshot=snapshot)
+
+
+def _stored_after_all(stored: Message) -> bool:
+    """Whether the transaction that wrote `stored` committed, its COMMIT having got no answer.
+
+    Asked on a new connection, again for COMMIT_CHECK_FOR seconds (a restart);
+    raises CommitUnknown if the store cannot be reached meanwhile, its turn dispatched. The row's id was
+    the database's, and PostgreSQL never gives a rolled-back transaction's ids
+    again: a row of that id, task and messageId is this one.
+    """
+    deadline = time.monotonic() + COMMIT_CHECK_FOR
+    while True:
+        connections["default"].close()
+        try:
+            return Message.objects.filter(
+                pk=stored.pk, task_id=stored.task_id, message_id=stored.message_id
+            ).exists()
+        except UNAVAILABLE_ERRORS:
+            if time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
+                break
+            time.sleep(COMMIT_CHECK_PAUSE)
+    # Stored, its turn runs now and the caller's retry (same Idempotency-Key) finds the task; not
+    # stored, the worker finds no turn to claim.
+    turn_dispatch(stored.task_id, stored.pk)
+    raise CommitUnknown("the database did not answer the COMMIT of the message, nor since")
 
 
 def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | None:
@@ -216,8 +268,11 @@ def _task_to_continue(caller: Caller, message: pb.Message) -> Task:
 
 def _create_task(
     caller: Caller, task: Task, message: pb.Message, push_config: PushConfigInput | None
-) -> dict:
-    """Store a new task, its first message and log entry (one statement on PostgreSQL); the task as stored."""
+) -> tuple[dict, Message]:
+    """Store a new task, its first message and log entry (one statement on PostgreSQL).
+
+    The task as stored, and its user message.
+    """
     user_message = _user_message(caller, task, message)
     task.event_seq = 0
     snapshot = task_dict(task, messages=[user_message])
@@ -229,7 +284,7 @@ def _create_task(
         push_config_save(task, push_config)
         push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
-    return snapshot
+    return snapshot, user_message
 
 
 def _continue_task(
@@ -238,7 +293,7 @@ def _continue_task(
     message: pb.Message,
     push_config: PushConfigInput | None,
     decision: str | None = None,
-) -> int:
+) -> tuple[int, Message]:
     if message.context_id and message.context_id != task.context.context_id:
         raise InvalidParamsError(message="contextId does not match the task's context")
     if task.is_terminal:
@@ -263,7 +318,7 @@ def _continue_task(
     task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
     push_deliveries_queue(task, events)
     _dispatch_after_commit(task, user_message)
-    return seq_before
+    return seq_before, user_message
 
 
 def _approval(caller: Caller, task: Task, message: pb.Message, decision: str | None) -> dict | None:

@@ -31,9 +31,21 @@ from tasks_app.selectors import (
     task_list,
     with_history_length,
 )
-from tasks_app.services import SendOutcome, message_send, task_answer, task_cancel, task_reveal
+from tasks_app.services import (
+    CommitUnknown,
+    SendOutcome,
+    message_send,
+    task_answer,
+    task_cancel,
+    task_reveal,
+)
 
 logger = logging.getLogger(__name__)
+
+COMMIT_UNKNOWN = (
+    "The task store (database) went away as the message was being stored, and it may have been. "
+    "Retry later with the same Idempotency-Key to have it stored once."
+)
 
 
 def _history_length(request) -> int | None:
@@ -107,13 +119,14 @@ async def _accept(
     """Store the message (one transaction): the Call, resolved, and the outcome.
 
     `checks(call, request)` runs first, once the caller is known. A database
-    that cannot be reached stored nothing: 503.
+    that cannot be reached stored nothing: 503. One that went away as it
+    committed and stayed away (CommitUnknown) may have: 503, saying so.
     """
     try:
         return await db(_resolved_send, send, call, request, checks, **options)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("SendMessage refused, the database is unavailable: %r", exc)
-        raise StoreUnavailable() from None
+        raise StoreUnavailable(COMMIT_UNKNOWN if isinstance(exc, CommitUnknown) else None) from None
 
 
 def _resolved_send(send, call, request: pb.SendMessageRequest, checks, **options) -> tuple[Call, SendOutcome]:

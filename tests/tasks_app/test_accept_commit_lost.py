@@ -1,0 +1,200 @@
+"""A send whose COMMIT gets no answer: stored after all is accepted, never answered as an error.
+
+The database can go away between committing the accept's transaction and
+telling the web so (a restart, a dropped connection). The web cannot tell
+from the error whether the COMMIT went through. Answered "nothing was
+stored" (503) when it had been, the caller sent it again and got a second
+task. A proxy on loopback between one web process and PostgreSQL cuts that
+web's connection at the COMMIT of its first send, after passing it on (the
+task is stored) or before (nothing is).
+"""
+
+import socket
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+
+from tasks_app.models import Message, Task
+from tests.conftest import SERVICES_MODE, user_message
+from tests.live import start_web
+
+pytestmark = pytest.mark.skipif(not SERVICES_MODE, reason="a COMMIT lost on the way back needs PostgreSQL")
+
+HEADERS = {"A2A-Version": "1.0"}
+# psycopg commits with a simple query: 'Q', its length, the text and a NUL.
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+# What a send's accept writes: a connection that wrote it is a web's sending one.
+ACCEPT = b'"tasks_app_message"'
+
+
+class CommitCutter:
+    """A TCP proxy to PostgreSQL; armed, it cuts the next connection that commits an accept, at its COMMIT.
+
+    "after": the COMMIT goes on to the server and its answer never comes back.
+    "after, and away": so, and every other connection of the web drops, and no new one gets through
+    for 8 s.
+    "before": the connection is dropped and the COMMIT never reaches the server.
+    """
+
+    def __init__(self, host: str, port: int):
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed: str | None = None
+        # Until then (time.monotonic()) new connections are dropped at once: the database is away.
+        self.refuse_until = 0.0
+        self.cut = threading.Event()
+        self.lock = threading.Lock()
+        self.sockets: list[socket.socket] = []
+        self.clients: list[socket.socket] = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def arm(self, mode: str) -> None:
+        with self.lock:
+            self.armed = mode
+            self.cut.clear()
+
+    def away(self, seconds: float) -> None:
+        """The database goes away: every web connection drops, and no new one gets through for `seconds`."""
+        self.refuse_until = time.monotonic() + seconds
+        with self.lock:
+            for sock in self.clients:  # the web's ends; the server's stay, for the COMMIT under way
+                sock.close()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if time.monotonic() < self.refuse_until:
+                client.close()
+                continue
+            server = socket.create_connection(self.upstream)
+            with self.lock:
+                self.sockets += [client, server]
+                self.clients.append(client)
+            threading.Thread(target=self.to_server, args=(client, server), daemon=True).start()
+            threading.Thread(target=self.pump, args=(server, client), daemon=True).start()
+
+    def to_server(self, client: socket.socket, server: socket.socket) -> None:
+        accepting = False
+        while chunk := self.read(client):
+            accepting = accepting or ACCEPT in chunk
+            with self.lock:
+                mode = self.armed if accepting and COMMIT in chunk else None
+                if mode is not None:
+                    self.armed = None
+            if mode in ("after", "after, and away"):
+                server.sendall(chunk)
+                client.close()  # nothing more reaches the web: not the COMMIT's answer either
+                if mode == "after, and away":
+                    self.away(8)
+                self.cut.set()
+                time.sleep(1)  # the server reads the COMMIT and commits before it sees the drop
+                server.close()
+                return
+            if mode == "before":
+                client.close()
+                server.close()
+                self.cut.set()
+                return
+            try:
+                server.sendall(chunk)
+            except OSError:
+                return
+        server.close()
+
+    def pump(self, source: socket.socket, target: socket.socket) -> None:
+        while chunk := self.read(source):
+            try:
+                target.sendall(chunk)
+            except OSError:
+                return
+        target.close()
+
+    @staticmethod
+    def read(sock: socket.socket) -> bytes:
+        try:
+            return sock.recv(65536)
+        except OSError:
+            return b""
+
+    def close(self) -> None:
+        self.listener.close()
+        with self.lock:
+            for sock in self.sockets:
+                sock.close()
+
+
+@pytest.fixture
+def cut_web(server, db_settings, log_dir):
+    """A web process whose database connections go through a CommitCutter; the session's worker runs turns.
+
+    It waits a second for a connection (DB_POOL_TIMEOUT), so it gives up on an absent store within
+    the 8 s its look for a COMMIT's outcome takes.
+    """
+    cutter = CommitCutter(db_settings.get("HOST") or "127.0.0.1", int(db_settings.get("PORT") or 5432))
+    through = {**db_settings, "HOST": "127.0.0.1", "PORT": cutter.port}
+    web = start_web(through, log_dir, name="web-commit-cut", extra_env={"DB_POOL_TIMEOUT": "1"})
+    yield web, cutter
+    web.stop()
+    cutter.close()
+
+
+def _send(web, message_id: str) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": user_message("hello", message_id)}
+    return httpx.post(web.agent_url("echo"), json=body, headers=HEADERS, timeout=30)
+
+
+def test_a_send_whose_commit_went_through_unanswered_is_accepted_and_runs(cut_web, stored):
+    web, cutter = cut_web
+    message_id = f"m-{uuid.uuid4()}"
+    cutter.arm("after")
+    response = _send(web, message_id)
+    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+
+    assert response.status_code == 200, response.text
+    task = response.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["history"][0]["messageId"] == message_id
+    # Stored once, and its turn ran: the answer is the stored task.
+    assert Message.objects.filter(message_id=message_id).count() == 1
+    assert Task.objects.get(pk=task["id"]).state == "completed"
+
+
+def test_a_send_whose_commit_never_arrived_stored_nothing_and_says_so(cut_web, stored):
+    web, cutter = cut_web
+    message_id = f"m-{uuid.uuid4()}"
+    cutter.arm("before")
+    response = _send(web, message_id)
+    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == -32603
+    assert "nothing was stored" in error["message"]
+    assert not Message.objects.filter(message_id=message_id).exists()
+
+
+def test_a_send_whose_commit_went_through_as_the_database_stayed_away_says_it_may_be_stored(cut_web, stored):
+    web, cutter = cut_web
+    message_id = f"m-{uuid.uuid4()}"
+    cutter.arm("after, and away")
+    response = _send(web, message_id)
+    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+
+    # The web could not ask the store whether the COMMIT went through: it says it may have.
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == -32603
+    assert "it may have been" in error["message"] and "nothing was stored" not in error["message"]
+    # It was, and its turn was dispatched all the same: the task runs to its end.
+    stored_message = Message.objects.get(message_id=message_id)
+    deadline = time.monotonic() + 30
+    while Task.objects.get(pk=stored_message.task_id).state != "completed":
+        assert time.monotonic() < deadline, "the stored turn never ran"
+        time.sleep(0.1)

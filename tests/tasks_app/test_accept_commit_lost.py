@@ -145,17 +145,27 @@ def cut_web(server, db_settings, log_dir):
     cutter.close()
 
 
-def _send(web, message_id: str) -> httpx.Response:
+def _send_cut(cut_web, mode: str) -> tuple[httpx.Response, str]:
+    """A SendMessage to echo through a web whose COMMIT is cut (CommitCutter's `mode`); its messageId."""
+    web, cutter = cut_web
+    message_id = f"m-{uuid.uuid4()}"
+    cutter.arm(mode)
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": user_message("hello", message_id)}
-    return httpx.post(web.agent_url("echo"), json=body, headers=HEADERS, timeout=30)
+    response = httpx.post(web.agent_url("echo"), json=body, headers=HEADERS, timeout=30)
+    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+    return response, message_id
+
+
+def _unavailable(response: httpx.Response) -> str:
+    """The message of a store-unavailable answer: -32603 with HTTP 503."""
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == -32603
+    return error["message"]
 
 
 def test_a_send_whose_commit_went_through_unanswered_is_accepted_and_runs(cut_web, stored):
-    web, cutter = cut_web
-    message_id = f"m-{uuid.uuid4()}"
-    cutter.arm("after")
-    response = _send(web, message_id)
-    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+    response, message_id = _send_cut(cut_web, "after")
 
     assert response.status_code == 200, response.text
     task = response.json()["result"]["task"]
@@ -167,31 +177,18 @@ def test_a_send_whose_commit_went_through_unanswered_is_accepted_and_runs(cut_we
 
 
 def test_a_send_whose_commit_never_arrived_stored_nothing_and_says_so(cut_web, stored):
-    web, cutter = cut_web
-    message_id = f"m-{uuid.uuid4()}"
-    cutter.arm("before")
-    response = _send(web, message_id)
-    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+    response, message_id = _send_cut(cut_web, "before")
 
-    assert response.status_code == 503, response.text
-    error = response.json()["error"]
-    assert error["code"] == -32603
-    assert "nothing was stored" in error["message"]
+    assert "nothing was stored" in _unavailable(response)
     assert not Message.objects.filter(message_id=message_id).exists()
 
 
 def test_a_send_whose_commit_went_through_as_the_database_stayed_away_says_it_may_be_stored(cut_web, stored):
-    web, cutter = cut_web
-    message_id = f"m-{uuid.uuid4()}"
-    cutter.arm("after, and away")
-    response = _send(web, message_id)
-    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+    response, message_id = _send_cut(cut_web, "after, and away")
 
     # The web could not ask the store whether the COMMIT went through: it says it may have.
-    assert response.status_code == 503, response.text
-    error = response.json()["error"]
-    assert error["code"] == -32603
-    assert "it may have been" in error["message"] and "nothing was stored" not in error["message"]
+    said = _unavailable(response)
+    assert "it may have been" in said and "nothing was stored" not in said
     # It was, and its turn was dispatched all the same: the task runs to its end.
     stored_message = Message.objects.get(message_id=message_id)
     deadline = time.monotonic() + 30

@@ -428,6 +428,12 @@ REST_FRAMEWORK = {
         "oauth2_provider.contrib.rest_framework.OAuth2Authentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    # DRF's JSON parser, with a bound on nesting (a deeper body was a 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "a2a_platform.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "A2A Platform management API",

@@ -53,6 +53,21 @@ def check_version_value_1(sent: str) -> None:
         )
 
 
+def check_version_legacy(request) -> None:
+    """An older dialect's method (0.3, the draft) is served with no version, or one of 0.x or 1.x.
+
+    The method name says the dialect, whatever 0.x or 1.x the header names; a
+    version this endpoint does not speak at all (2.0, 'abc') is -32009, as on
+    the 1.0 methods and the card. Its code is the 1.0 one: a client that
+    names a version knows it.
+    """
+    sent = requested_version(request)
+    if sent and sent.split(".")[0] not in ("0", "1"):
+        raise VersionNotSupportedError(
+            message=f"A2A version '{sent}' is not supported; this endpoint speaks 1.0 and 0.3"
+        )
+
+
 async def find_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
     """The enabled agent at /a2a/<tenant>/<agent>/, or None (the binding answers "no agent")."""
     return await db(get_enabled_agent, tenant_slug, agent_slug)

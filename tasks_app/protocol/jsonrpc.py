@@ -26,6 +26,7 @@ from tasks_app.protocol.http import (
     CallerRefused,
     NoAgent,
     call_and_params,
+    check_version_legacy,
     find_agent,
     is_json_content_type,
     payload_too_large_message,
@@ -110,6 +111,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             if found is None:
                 raise NoAgent()
             if body["method"] in legacy.LEGACY_METHODS:
+                check_version_legacy(request)
                 return await legacy.dispatch(request, body, found, request_id)
             raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
         request_type, operation, streaming = method

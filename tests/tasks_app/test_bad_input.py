@@ -358,3 +358,32 @@ def test_a_rest_path_with_an_encoded_newline_gets_a_status_body_not_html(server,
     for path in ("tasks/a%0Ab", "tasks/a%0A", "tasks/x/pushNotificationConfigs/c%0A1", "demo/tasks/%0A"):
         response = httpx.get(rest(server, path), headers=V1, timeout=30)
         rest_error(response, 404, "TASK_NOT_FOUND")
+
+
+@pytest.mark.parametrize("version", ["2.0", "abc"])
+def test_an_older_dialects_method_naming_an_unsupported_version_is_version_not_supported(
+    server, stored, version
+):
+    # The endpoint speaks 1.x and 0.x (no header is 0.3); a client asking for another
+    # version gets -32009, as the card's URL and the 1.0 methods answer it, and nothing is served.
+    before = stored_counts()
+    sends = {
+        "message/send": {
+            "message": {
+                "kind": "message",
+                "role": "user",
+                "messageId": unique("v2"),
+                "parts": [{"kind": "text", "text": "hi"}],
+            }
+        },
+        "tasks/send": {
+            "id": unique("v2-draft"),
+            "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]},
+        },
+        "tasks/get": {"id": str(uuid.uuid4())},
+    }
+    for method, params in sends.items():
+        error = rpc_error(rpc_raw(server, envelope(method, params), {"A2A-Version": version}))
+        assert error["code"] == -32009, (method, error)
+        assert version in error["message"]
+    assert stored_counts() == before

@@ -1,7 +1,8 @@
 """Older A2A dialects (0.3 and the 0.1 draft) on the JSON-RPC endpoint.
 
 A legacy request is recognised by its method name (old names contain '/'),
-whatever its A2A-Version header says. Which dialect answers:
+whatever 0.x or 1.x its A2A-Version header names (another version is -32009,
+http.check_version_legacy). Which dialect answers:
 
 - `message/*`, `tasks/pushNotificationConfig/*`, `agent/getAuthenticatedExtendedCard`: 0.3.
 - `tasks/send`, `tasks/sendSubscribe`, `tasks/pushNotification/*`: the draft.

@@ -14,7 +14,7 @@ further down fails on it with an internal error or stores something broken:
 - check_request: every parsed request proto, whatever the binding or dialect
   (the 1.0 bindings parse through parse_request, the 0.3 and draft dialects run
   their 1.0 requests through legacy.common.run, which calls it): no NUL
-  character anywhere (PostgreSQL stores none in text or jsonb), no nesting
+  character or unpaired surrogate anywhere (PostgreSQL stores none in text or jsonb), no nesting
   deeper than protobuf itself copes with, ids no longer than their columns,
   parts with content, and no NaN or infinity in a request the 0.3 dialect built
   with the SDK's conversions rather than parse_dict.
@@ -97,9 +97,20 @@ def check_int32(value: int | None, where: str) -> None:
 
 
 def check_text(value: str, where: str) -> None:
-    """A client string used in a lookup or stored as is: no NUL character."""
+    """A client string used in a lookup or stored as is: no NUL character, no unpaired surrogate.
+
+    JSON can escape half a surrogate pair ("\\ud800"), which no UTF-8 text holds:
+    the database driver and protobuf raise on it.
+    """
     if "\x00" in value:
         raise InvalidParamsError(message=f"Invalid params: {where} contains a NUL character (\\u0000)")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidParamsError(
+                message=f"Invalid params: {where} contains an unpaired surrogate"
+            ) from None
 
 
 def parse_dict(data: dict, message):
@@ -272,12 +283,12 @@ def check_request(request) -> None:
         # A proto that did not come through parse_dict (the 0.3 dialect's SDK conversions)
         # with a value protobuf will not print, such as NaN or an infinity in a Struct.
         raise InvalidParamsError(message=f"Invalid params: {exc}") from None
-    _check_values(data)
+    check_values(data)
     if isinstance(request, pb.SendMessageRequest):
         _check_message(request.message, data.get("message", {}))
 
 
-def _check_values(data: dict) -> None:
+def check_values(data: dict) -> None:
     """No NUL in any string or key, no nesting beyond MAX_NESTING (breadth first, no recursion)."""
     queue = deque([("", data, 1)])
     while queue:

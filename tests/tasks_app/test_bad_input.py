@@ -387,3 +387,24 @@ def test_an_older_dialects_method_naming_an_unsupported_version_is_version_not_s
         assert error["code"] == -32009, (method, error)
         assert version in error["message"]
     assert stored_counts() == before
+
+
+def test_an_unpaired_surrogate_in_an_older_dialects_id_is_invalid_params(server, stored):
+    # JSON may escape half a surrogate pair ("\ud800"): no UTF-8 text holds it, so no
+    # lookup or proto takes it. The 1.0 methods refused it already; these were -32603.
+    before = stored_counts()
+    task = str(uuid.uuid4())
+    half = "\\ud800"
+    draft_message = '{"role": "user", "parts": [{"type": "text", "text": "hi"}]}'
+    for method, params in (
+        ("tasks/send", f'{{"id": "{half}", "message": {draft_message}}}'),
+        ("tasks/get", f'{{"id": "{half}"}}'),
+        ("tasks/cancel", f'{{"id": "a{half}"}}'),
+        ("tasks/pushNotification/get", f'{{"id": "{half}"}}'),
+        ("tasks/pushNotificationConfig/list", f'{{"id": "{half}"}}'),
+        ("tasks/pushNotificationConfig/get", f'{{"id": "{task}", "pushNotificationConfigId": "{half}"}}'),
+        ("tasks/pushNotificationConfig/delete", f'{{"id": "{task}", "pushNotificationConfigId": "{half}"}}'),
+    ):
+        error = rpc_error(rpc_raw(server, envelope(method, params)))
+        assert error["code"] == -32602, (method, error)
+    assert stored_counts() == before

@@ -141,13 +141,16 @@ ODD_TEXT = st.sampled_from(
     ]
 )
 ID_LENGTH_TEXT = st.integers(250, 300).map("m".__mul__)  # around the 255-character id columns
+# Half a surrogate pair: JSON can escape one ("\\ud800"), no UTF-8 text holds it.
+UNPAIRED = st.sampled_from(["\ud800", "a\udc00b", "\udfff\ud800", "😀\ud83d"])
 HUGE_TEXT = st.integers(10_000, 100_000).map("x".__mul__)
-TEXT = weighted((12, st.text(max_size=12)), (5, ODD_TEXT), (2, ID_LENGTH_TEXT), (1, HUGE_TEXT))
+TEXT = weighted((12, st.text(max_size=12)), (5, ODD_TEXT), (2, ID_LENGTH_TEXT), (1, HUGE_TEXT), (1, UNPAIRED))
 # What goes into a URL: no huge strings (a proxy would refuse those long before the app).
 SHORT_TEXT = weighted((6, st.text(max_size=12)), (3, ODD_TEXT), (1, ID_LENGTH_TEXT))
 KEYS = st.one_of(
     st.text(max_size=6),
     st.sampled_from(["text", "data", "kind", "type", "id", "role", "parts", "messageId", "metadata", "\x00"]),
+    UNPAIRED,
 )
 LEAF = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
 TREE = st.recursive(
@@ -561,7 +564,8 @@ def sent_id(body: bytes):
 
 
 def segment(value: str) -> str:
-    return quote(value, safe="")
+    # An unpaired surrogate goes as the bytes UTF-8 would give it: invalid UTF-8 in the path.
+    return quote(value.encode("utf-8", "surrogatepass"), safe="")
 
 
 CANCEL_BODY = obj({}, {"metadata": STRUCT})

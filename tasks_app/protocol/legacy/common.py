@@ -26,7 +26,13 @@ from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
 from tasks_app.protocol.http import call_for
 from tasks_app.protocol.sse import sse_response
-from tasks_app.protocol.validation import check_request, check_required_fields, check_text, parse_dict
+from tasks_app.protocol.validation import (
+    check_request,
+    check_required_fields,
+    check_text,
+    check_values,
+    parse_dict,
+)
 from tasks_app.protocol.wire_json import JsonAnswer
 
 logger = logging.getLogger(__name__)
@@ -108,7 +114,12 @@ def legacy_error(error: A2AError, codes: frozenset[int], task_aliases: dict[str,
 
 
 def parse_model(model, params: dict):
-    """Validate params with a pydantic model; a mismatch is -32602 with the fields named."""
+    """Validate params with a pydantic model; a mismatch is -32602 with the fields named.
+
+    Their strings are checked first (validation.check_values): pydantic takes a NUL
+    or an unpaired surrogate, which the lookups and protos made of them do not.
+    """
+    check_values(params)
     try:
         return model.model_validate(params)
     except ValidationError as exc:

@@ -151,6 +151,9 @@ def _parsed(url: str, screen: Screen) -> httpx.URL:
         raise UrlRefused("the URL has no host")
     if parsed.userinfo:
         raise UrlRefused("the URL must not carry credentials; use 'authentication' instead")
+    # httpx takes any integer; no connection can be made to one outside this range.
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise UrlRefused(f"the port {parsed.port} is not a TCP port (1-65535)")
     try:
         literal = ipaddress.ip_address(parsed.host.split("%")[0])
     except ValueError:

@@ -134,6 +134,10 @@ def test_another_tenants_caller_cannot_see_or_touch_the_configs(rpc, stored):
         pytest.param({"token": "a\r\nX-Injected: 1"}, id="header-injection-in-token"),
         pytest.param({"authentication": {"scheme": "Bearer x", "credentials": "c"}}, id="bad-scheme"),
         pytest.param({"id": "a/b"}, id="slash-in-id"),
+        # No TCP port: the webhook could never be called (it was stored all the same).
+        pytest.param({"url": "http://127.0.0.1:99999/hook"}, id="port-too-large"),
+        pytest.param({"url": "https://127.0.0.1:0/hook"}, id="port-zero"),
+        pytest.param({"url": "https://example.com:-1/hook"}, id="port-negative"),
     ],
 )
 def test_bad_configs_are_refused_and_nothing_is_stored(rpc, stored, fields):

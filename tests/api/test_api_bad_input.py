@@ -47,3 +47,16 @@ def test_it_refuses_a_deeply_nested_answer_with_a_400(trio):
     bob = trio.token("acme", user="bob")
     answer = post_raw(trio, f"tasks/{uuid.uuid4()}/answer/", bob, f'{{"text": {nested(100_000)}}}')
     assert answer.status_code == 400, answer.text[:300]
+
+
+def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(trio):
+    alice = trio.token("acme", user="alice")
+    slug = f"noslash-{uuid.uuid4().hex[:8]}"
+    answer = httpx.post(
+        f"{trio.base_url}/api/v1/tenants/acme/agents",
+        json={"slug": slug, "handler": "echo", "visibility": "authenticated"},
+        headers=trio.auth(alice),
+        timeout=30,
+    )
+    assert answer.status_code == 404, answer.text[:300]
+    assert not Agent.objects.filter(slug=slug).exists()

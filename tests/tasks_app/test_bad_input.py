@@ -408,3 +408,15 @@ def test_an_unpaired_surrogate_in_an_older_dialects_id_is_invalid_params(server,
         error = rpc_error(rpc_raw(server, envelope(method, params)))
         assert error["code"] == -32602, (method, error)
     assert stored_counts() == before
+
+
+@pytest.mark.parametrize("path", ["a2a/demo/echo", "a2a/demo/echo/rest", "a2a/demo"])
+def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(server, stored, path):
+    # Django redirects to the URL with a slash, which loses a POST's body; with DEBUG
+    # on (the embedded default) it raised instead, a 500. The URL is simply unknown.
+    before = stored_counts()
+    url = f"{server.base_url}/{path}"
+    body = envelope("SendMessage", message_v1(unique("no-slash"), [{"text": "hi"}]))
+    response = httpx.post(url, content=body, headers={**V1, **JSON}, timeout=60)
+    assert response.status_code == 404, (response.status_code, response.text[:300])
+    assert stored_counts() == before

@@ -46,7 +46,11 @@ BINDING_ROUTE = re.compile(r"^/a2a/[^/]+/[^/]+/(?:$|rest/)")
 # console's one-time notices; an A2A view adds none, so its response is the same
 # without it, and building its cookie and session stores cost about 6% of a
 # GetTask's CPU in the web process (py-spy, bench/README.md).
-NOT_ON_BINDING_ROUTES = {"django.contrib.messages.middleware.MessageMiddleware"}
+# The bindings answer a query Django will not read in their own wire formats.
+NOT_ON_BINDING_ROUTES = {
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "a2a_platform.middleware.QueryFieldsMiddleware",
+}
 
 
 def _on_loop(hook):

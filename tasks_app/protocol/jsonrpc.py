@@ -9,7 +9,7 @@ from a2a.utils.errors import (
     JSONParseError,
     MethodNotFoundError,
 )
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
@@ -130,6 +130,9 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             )
         result = await operation(call, params)
         return JsonAnswer({"jsonrpc": "2.0", "id": request_id, "result": result})
+    except TooManyFieldsSent as exc:
+        # Django will not read a query with more fields than that (the A2A-Version lookup reads it).
+        return error_response(request_id, InvalidRequestError(message=f"Bad request: {exc}"), 400)
     except NoAgent:
         return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
     except CallerRefused as refused:

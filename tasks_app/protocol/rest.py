@@ -15,7 +15,7 @@ from a2a.utils.errors import (
     InvalidRequestError,
     MethodNotFoundError,
 )
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.views.decorators.csrf import csrf_exempt
 
 from tasks_app.db import UNAVAILABLE_ERRORS
@@ -195,6 +195,9 @@ async def _answer(request, tenant: str, agent: str, rest: str):
     except RequestDataTooBig:
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.
         return error_response(InvalidRequestError(message=payload_too_large_message()), 413)
+    except TooManyFieldsSent as exc:
+        # Django will not read a query with more fields than DATA_UPLOAD_MAX_NUMBER_FIELDS.
+        return error_response(InvalidRequestError(message=f"Bad request: {exc}"), 400)
     except NoAgent:
         return error_response(MethodNotFoundError(message="No agent at this URL"))
     except CallerRefused as refused:

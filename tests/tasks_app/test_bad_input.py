@@ -420,3 +420,26 @@ def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(serve
     response = httpx.post(url, content=body, headers={**V1, **JSON}, timeout=60)
     assert response.status_code == 404, (response.status_code, response.text[:300])
     assert stored_counts() == before
+
+
+def test_a_query_string_with_too_many_fields_is_a_bad_request_on_every_binding(server, stored):
+    # Django refuses to read more than DATA_UPLOAD_MAX_NUMBER_FIELDS query fields; where the
+    # bindings read the query (A2A-Version, ListTasks' filters), that was an internal error.
+    query = "&".join(f"f{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    body = envelope("GetTask", {"id": str(uuid.uuid4())})
+    # JSON-RPC without the A2A-Version header looks for it in the query.
+    error = rpc_error(rpc_raw_to(server.agent_url("echo") + "?" + query, body, {}), 400)
+    assert error["code"] == -32600, error
+    listed = httpx.get(rest(server, "tasks?" + query), headers=V1, timeout=60)
+    rest_error(listed, 400, "INVALID_REQUEST")
+    # The card, the tenant's catalog and the management API: a 400 too, never a 500.
+    for url in (
+        server.agent_url("echo") + ".well-known/agent-card.json",
+        f"{server.base_url}/a2a/demo/",
+        f"{server.base_url}/api/v1/tenants/",
+    ):
+        assert httpx.get(f"{url}?{query}", timeout=60).status_code == 400, url
+
+
+def rpc_raw_to(url: str, content: str, headers: dict) -> httpx.Response:
+    return httpx.post(url, content=content, headers={**JSON, **headers}, timeout=60)

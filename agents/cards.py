@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 
 from a2a.types import a2a_pb2 as pb
 from django.conf import settings
@@ -96,10 +97,20 @@ def _security(base_url: str) -> tuple[dict, list[dict]]:
     return schemes, requirements
 
 
+VERSION_RE = re.compile(r"([0-9]{1,9})(?:\.[0-9]{1,9}){0,2}")
+
+
 def requested_version(request) -> str:
     """The A2A-Version a request names: header, else query parameter; '' when it names none."""
     value = request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or ""
     return value.strip()
+
+
+def version_major(version: str) -> str | None:
+    """The major of a version as the spec writes one, Major.Minor ("1.0"; "1" and a patch are
+    taken too); None for anything else ("1.x", "abc"), which names no version to serve."""
+    found = VERSION_RE.fullmatch(version)
+    return found.group(1) if found else None
 
 
 def card_version(request) -> str | None:
@@ -107,7 +118,7 @@ def card_version(request) -> str | None:
 
     No version means 0.3 (spec §3.6): those clients keep the superset they read today.
     """
-    major = (requested_version(request) or "0.3").split(".")[0]
+    major = version_major(requested_version(request) or "0.3")
     return {"1": "1.0", "0": "0.3"}.get(major)
 
 

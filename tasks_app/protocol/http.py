@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 
 from agents.access import get_enabled_agent
-from agents.cards import public_base_url, requested_version
+from agents.cards import public_base_url, requested_version, version_major
 from agents.models import Agent
 from tasks_app.access import Caller
 from tasks_app.db import db
@@ -46,7 +46,7 @@ def check_version_1(request) -> None:
 def check_version_value_1(sent: str) -> None:
     """The A2A version a request names (HTTP header or gRPC `a2a-version` metadata) must be 1.x."""
     version = sent or "0.3"
-    if version.split(".")[0] != "1":
+    if version_major(version) != "1":
         hint = "" if sent else " (no A2A-Version header means 0.3)"
         raise VersionNotSupportedError(
             message=f"A2A version '{version}'{hint} is not supported for this method; send 'A2A-Version: 1.0'"
@@ -62,7 +62,7 @@ def check_version_legacy(request) -> None:
     names a version knows it.
     """
     sent = requested_version(request)
-    if sent and sent.split(".")[0] not in ("0", "1"):
+    if sent and version_major(sent) not in ("0", "1"):
         raise VersionNotSupportedError(
             message=f"A2A version '{sent}' is not supported; this endpoint speaks 1.0 and 0.3"
         )

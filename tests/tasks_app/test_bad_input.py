@@ -443,3 +443,17 @@ def test_a_query_string_with_too_many_fields_is_a_bad_request_on_every_binding(s
 
 def rpc_raw_to(url: str, content: str, headers: dict) -> httpx.Response:
     return httpx.post(url, content=content, headers={**JSON, **headers}, timeout=60)
+
+
+@pytest.mark.parametrize("version", ["1.x", "1.0beta", "1..0", "1.0.0.0.1a"])
+def test_a_version_that_is_no_major_minor_is_version_not_supported(server, stored, version):
+    # "1.x" is no version to serve a request by (a2a-sdk refuses it too); only its
+    # first character was looked at, and the request was served as 1.0.
+    body = envelope("GetTask", {"id": str(uuid.uuid4())})
+    error = rpc_error(rpc_raw(server, body, {"A2A-Version": version}))
+    assert error["code"] == -32009, error
+    answer = httpx.get(rest(server, f"tasks/{uuid.uuid4()}"), headers={"A2A-Version": version}, timeout=60)
+    rest_error(answer, 400, "VERSION_NOT_SUPPORTED")
+    card_url = server.agent_url("echo") + ".well-known/agent-card.json"
+    card = httpx.get(card_url, headers={"A2A-Version": version}, timeout=60)
+    assert card.status_code == 400

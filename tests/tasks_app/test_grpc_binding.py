@@ -240,6 +240,15 @@ async def test_bad_requests_get_their_status_codes(server):
     assert no_version.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert error_info(no_version).reason == "VERSION_NOT_SUPPORTED"
 
+    not_a_version = await rpc_error(
+        server,
+        "SendMessage",
+        pb.SendMessageRequest(message=message, tenant="demo/echo"),
+        metadata=[("a2a-version", "1.x")],
+    )
+    assert not_a_version.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(not_a_version).reason == "VERSION_NOT_SUPPORTED"
+
     request = pb.SendMessageRequest(message=message, tenant="demo")
     unaddressed = await rpc_error(server, "SendMessage", request)
     assert unaddressed.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -104,6 +104,10 @@ def check_text(value: str, where: str) -> None:
     """
     if "\x00" in value:
         raise InvalidParamsError(message=f"Invalid params: {where} contains a NUL character (\\u0000)")
+    _check_utf8(value, where)
+
+
+def _check_utf8(value: str, where: str) -> None:
     if not value.isascii():
         try:
             value.encode()
@@ -243,6 +247,8 @@ def _check_json(data, descriptor, path: str) -> None:
     if not isinstance(data, dict):
         return
     for key, value in data.items():
+        # Even an unknown field's name: protobuf's lookup of one it cannot encode raises SystemError.
+        _check_utf8(key, f"a key in {path or 'params'}")
         field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
         if field is None or value is None:
             continue

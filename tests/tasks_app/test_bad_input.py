@@ -457,3 +457,19 @@ def test_a_version_that_is_no_major_minor_is_version_not_supported(server, store
     card_url = server.agent_url("echo") + ".well-known/agent-card.json"
     card = httpx.get(card_url, headers={"A2A-Version": version}, timeout=60)
     assert card.status_code == 400
+
+
+def test_an_unknown_field_named_by_an_unpaired_surrogate_is_invalid_params(server, stored):
+    # Unknown fields are ignored, but protobuf's lookup of this name raised SystemError: -32603 / 500.
+    before = stored_counts()
+    params = '{"message": {"role": "ROLE_USER", "messageId": "half-key", "parts": [{"\\ud800": null}]}}'
+    error = rpc_error(rpc_raw(server, envelope("SendMessage", params), V1))
+    assert error["code"] == -32602, error
+    answer = httpx.post(
+        rest(server, "message:send"),
+        content=params.replace('"half-key"', '"half-key-2"'),
+        headers={**V1, **JSON},
+        timeout=60,
+    )
+    rest_error(answer, 400, "INVALID_PARAMS")
+    assert stored_counts() == before

@@ -139,6 +139,15 @@ class Screen:
         )
 
 
+def _ipv4_spelling(host: str) -> ipaddress.IPv4Address | None:
+    """The address of a host in one of inet_aton's other spellings ('127.1', '0x7f000001',
+    '2130706433'), which getaddrinfo reads without asking DNS; None for a name."""
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+
+
 def _parsed(url: str, screen: Screen) -> httpx.URL:
     try:
         parsed = httpx.URL(url)
@@ -154,13 +163,17 @@ def _parsed(url: str, screen: Screen) -> httpx.URL:
     # httpx takes any integer; no connection can be made to one outside this range.
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise UrlRefused(f"the port {parsed.port} is not a TCP port (1-65535)")
+    address = parsed.host
     try:
         literal = ipaddress.ip_address(parsed.host.split("%")[0])
     except ValueError:
-        return parsed  # a name: resolved and screened when it is called
+        literal = _ipv4_spelling(parsed.host)
+        if literal is None:
+            return parsed  # a name: resolved and screened when it is called
+        address = str(literal)
     problem = _address_problem(literal, screen.allow_private, screen.allow_loopback)
     if problem:
-        raise screen.refusal(parsed.host, parsed.host, problem)
+        raise screen.refusal(parsed.host, address, problem)
     return parsed
 
 

@@ -237,3 +237,15 @@ def test_a_host_that_does_not_resolve_yet_is_accepted_and_literal_addresses_stil
     with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
         with pytest.raises(InvalidParamsError, match="metadata"):
             push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url="http://169.254.169.254/"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.1/hook", "http://0x7f000001/hook", "http://2130706433/hook", "http://017700000001/hook"],
+)
+def test_a_literal_address_in_another_ipv4_spelling_is_screened_too(url):
+    # getaddrinfo reads each of these as 127.0.0.1 without asking DNS; they were
+    # accepted as names, stored, and then refused at every delivery.
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
+        with pytest.raises(InvalidParamsError, match="127.0.0.1, a loopback address"):
+            push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))

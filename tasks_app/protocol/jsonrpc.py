@@ -5,6 +5,7 @@ import logging
 from a2a.utils.errors import (
     A2AError,
     InternalError,
+    InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
@@ -64,12 +65,15 @@ def _envelope_error(body) -> InvalidRequestError | None:
         return InvalidRequestError(message="Invalid request: id must be a string, integer, or null")
     if not isinstance(body.get("method"), str) or not body["method"]:
         return InvalidRequestError(message="Invalid request: 'method' must be a non-empty string")
-    if "params" in body and not isinstance(body["params"], dict | None):
+    # An array is a JSON-RPC request; the method (parse_params, legacy.dispatch) refuses it.
+    if "params" in body and not isinstance(body["params"], dict | list | None):
         return InvalidRequestError(message="Invalid request: 'params' must be an object")
     return None
 
 
-def parse_params(params: dict | None, request_type):
+def parse_params(params: dict | list | None, request_type):
+    if isinstance(params, list) and params:
+        raise InvalidParamsError(message=legacy.BY_NAME)
     return parse_request(params or {}, request_type)
 
 

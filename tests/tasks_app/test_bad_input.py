@@ -473,3 +473,15 @@ def test_an_unknown_field_named_by_an_unpaired_surrogate_is_invalid_params(serve
     )
     rest_error(answer, 400, "INVALID_PARAMS")
     assert stored_counts() == before
+
+
+def test_params_by_position_are_invalid_params_and_a_scalar_is_an_invalid_request(server, stored):
+    # JSON-RPC 2.0 allows params as an array; A2A's methods take theirs by name: -32602,
+    # as a2a-sdk answers. A scalar is no JSON-RPC request at all: -32600.
+    for method in ("GetTask", "tasks/get", "message/send", "tasks/send"):
+        body = f'{{"jsonrpc": "2.0", "id": 1, "method": "{method}", "params": ["{uuid.uuid4()}"]}}'
+        assert rpc_error(rpc_raw(server, body, V1 if method[0].isupper() else {}))["code"] == -32602, method
+    scalar = '{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": "x"}'
+    assert rpc_error(rpc_raw(server, scalar, V1))["code"] == -32600
+    unknown = '{"jsonrpc": "2.0", "id": 1, "method": "NoSuchMethod", "params": [1]}'
+    assert rpc_error(rpc_raw(server, unknown, V1))["code"] == -32601

@@ -14,7 +14,7 @@ http.check_version_legacy). Which dialect answers:
 import logging
 
 from a2a.compat.v0_3 import types as types_v03
-from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotFoundError
 
 from tasks_app.db import db
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_http_status, unavailable_headers
@@ -33,21 +33,27 @@ SHARED_TASK_METHODS = {
     "tasks/resubscribe": "SubscribeToTask",
 }
 
+# Params by position (a JSON-RPC array): no A2A method, of any dialect, takes them.
+BY_NAME = "Invalid params: this method takes its params by name, in an object"
+
 LEGACY_METHODS: frozenset[str] = frozenset({*v03.HANDLERS, *draft.HANDLERS, *SHARED_TASK_METHODS})
 
 
 async def dispatch(request, body: dict, agent, request_id) -> JsonAnswer:
     method = body["method"]
     dialect = draft if method in draft.HANDLERS else v03
+    params = body.get("params") or {}
     ex = Exchange(
         request=request,
         agent=agent,
         request_id=request_id,
         method=method,
-        params=body.get("params") or {},
+        params=params if isinstance(params, dict) else {},
         error_codes=dialect.ERROR_CODES,
     )
     try:
+        if not isinstance(params, dict):
+            raise InvalidParamsError(message=BY_NAME)
         if method in SHARED_TASK_METHODS:
             return await _task_method(ex)
         return await dialect.HANDLERS[method](ex)

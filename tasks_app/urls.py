@@ -10,6 +10,8 @@ AGENT = r"(?P<tenant>[-a-zA-Z0-9_]+)/(?P<agent>[-a-zA-Z0-9_]+)"
 urlpatterns = [
     path("<slug:tenant>/", tenant_catalog, name="catalog"),
     path("<slug:tenant>/<slug:agent>/", jsonrpc_endpoint, name="jsonrpc"),
+    # The same without its slash, as a client that trims URLs sends it (a redirect drops a POST's body).
+    path("<slug:tenant>/<slug:agent>", jsonrpc_endpoint, name="jsonrpc-no-slash"),
     path("<slug:tenant>/<slug:agent>/.well-known/agent-card.json", agent_card, name="agent-card"),
     path("<slug:tenant>/<slug:agent>/.well-known/agent.json", agent_card, name="agent-card-legacy"),
     # [\s\S], not ".": a percent-encoded newline in an id still reaches the binding and its JSON errors;

@@ -410,7 +410,7 @@ def test_an_unpaired_surrogate_in_an_older_dialects_id_is_invalid_params(server,
     assert stored_counts() == before
 
 
-@pytest.mark.parametrize("path", ["a2a/demo/echo", "a2a/demo/echo/rest", "a2a/demo"])
+@pytest.mark.parametrize("path", ["a2a/demo/echo/rest", "a2a/demo"])
 def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(server, stored, path):
     # Django redirects to the URL with a slash, which loses a POST's body; with DEBUG
     # on (the embedded default) it raised instead, a 500. The URL is simply unknown.
@@ -420,6 +420,18 @@ def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(serve
     response = httpx.post(url, content=body, headers={**V1, **JSON}, timeout=60)
     assert response.status_code == 404, (response.status_code, response.text[:300])
     assert stored_counts() == before
+
+
+def test_the_agents_json_rpc_url_without_its_trailing_slash_is_served_as_with_it(server, stored):
+    # A client that trims the card's URL: its POST is the call, not a redirect that drops the body.
+    message_id = unique("no-slash")
+    body = envelope("SendMessage", message_v1(message_id, [{"text": "hi"}]))
+    url = server.agent_url("echo").rstrip("/")
+    response = httpx.post(url, content=body, headers={**V1, **JSON}, timeout=60)
+    assert response.status_code == 200, (response.status_code, response.text[:300])
+    task = response.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["history"][0]["messageId"] == message_id
 
 
 def test_a_query_string_with_too_many_fields_is_a_bad_request_on_every_binding(server, stored):

@@ -161,7 +161,7 @@ def _history_page(task: Task, rows) -> list[dict]:
     Straight from the columns: no instance or record per message, the task's
     id converted once, not per row, and the JSON columns read as
     sql.json_value reads them ({} and [] without json.loads), every message's
-    parts in one decode (sql.json_values). A hundred messages cost a third
+    parts in one json.loads (sql.json_values). A hundred messages cost a third
     of what building records and rendering those did.
     """
     return _history_rows(str(task.pk), task.context.context_id, task.status_message_id, rows)

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -87,6 +88,7 @@ def message_send(
     decision: str | None = None,
     task_pk: uuid.UUID | None = None,
     count_turn: bool = True,
+    with_task: Callable[[SendOutcome], None] | None = None,
 ) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
@@ -109,8 +111,9 @@ def message_send(
     commits, and a failure there is only logged: the task is accepted, the
     sweeper dispatches it again. A COMMIT whose answer is lost (the database
     went away as it answered) is no refusal: the store is asked whether the
-    message is there (_stored_after_all), and a send stored after all is
-    accepted; one that cannot be told raises CommitUnknown.
+    message is there (_stored_after_all), a send stored after all is accepted
+    and what was to run after its COMMIT runs; one that cannot be told raises
+    CommitUnknown.
 
     A message to an auth-required task from an approver who is not its
     requester carries that approver's decision to the agent (`_approval`);
@@ -125,6 +128,9 @@ def message_send(
     a repeat is answered with its task whatever the count; a refusal rolls
     back what the send wrote so far). The console's answers pass False: an
     operator's answer is never sent back for a later try.
+
+    with_task(outcome): more to store with a new message, in its transaction
+    (the draft dialect's alias of a task its client named); not for a repeat.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -135,69 +141,112 @@ def message_send(
     body_hash = (
         hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
     )
-    # The user message, once the transaction has written all it writes: only its COMMIT is left then.
-    stored = None
+    # The user message and what is to run after the COMMIT, once all else is written.
+    written: tuple[Message, list] | None = None
     try:
         with transaction.atomic():
-            if message.task_id:
-                task = _task_to_continue(caller, message)
-            else:
-                reply = Task.Reply.TASK
-                if (
-                    reply_as_message
-                    and not request.configuration.return_immediately
-                    and not answers_with_task(caller.agent.handler)
-                ):
-                    reply = Task.Reply.OPEN
-                task = _new_task(caller, message, reply, task_pk)
-            if idempotency_key:
-                previous = _key_claim(caller, idempotency_key, body_hash, task)
-                if previous is not None:
-                    # A retry: roll back what this request made (a new context, say);
-                    # its task was never saved and no turn is dispatched.
-                    transaction.set_rollback(True)
-                    return SendOutcome(task=previous, seq_before=0, duplicate=True)
-            if count_turn:
-                # After the key: a send stored already is answered with its task, whatever the quota.
-                quota_turn_claim(caller.tenant)
-            if message.task_id:
-                seq_before, stored = _continue_task(caller, task, message, push_config, decision)
-                snapshot = None
-            else:
-                snapshot, stored = _create_task(caller, task, message, push_config)
-                seq_before = 0
+            outcome, stored = _send_stored(
+                caller,
+                request,
+                idempotency_key=idempotency_key,
+                body_hash=body_hash,
+                push_config=push_config,
+                reply_as_message=reply_as_message,
+                decision=decision,
+                task_pk=task_pk,
+                count_turn=count_turn,
+            )
+            if stored is not None:
+                if with_task is not None:
+                    with_task(outcome)
+                written = stored, list(transaction.get_connection().run_on_commit)
     except UNAVAILABLE_ERRORS:
-        # Inside a caller's transaction that one's COMMIT decides; else ours was under way.
-        if stored is None or transaction.get_connection().in_atomic_block or not _stored_after_all(stored):
+        # Inside a caller's transaction, that one's COMMIT decides; else only ours was left.
+        if written is None or transaction.get_connection().in_atomic_block:
+            raise
+        stored, after_commit = written
+        if not _stored_after_all(stored, after_commit):
             raise
         logger.warning("Task %s: the COMMIT of its message got no answer; it was stored", stored.task_id)
-        turn_dispatch(stored.task_id, stored.pk)  # its on_commit hook never ran
-    return SendOutcome(task=task, seq_before=seq_before, snapshot=snapshot)
+    return outcome
 
 
-def _stored_after_all(stored: Message) -> bool:
-    """Whether the transaction that wrote `stored` committed, its COMMIT having got no answer.
+def _send_stored(
+    caller: Caller,
+    request: pb.SendMessageRequest,
+    *,
+    idempotency_key: str,
+    body_hash: str,
+    push_config: PushConfigInput | None,
+    reply_as_message: bool,
+    decision: str | None,
+    task_pk: uuid.UUID | None,
+    count_turn: bool,
+) -> tuple[SendOutcome, Message | None]:
+    """message_send's writes, in its transaction: the outcome, and the user message (None for a repeat)."""
+    message = request.message
+    if message.task_id:
+        task = _task_to_continue(caller, message)
+    else:
+        reply = Task.Reply.TASK
+        if (
+            reply_as_message
+            and not request.configuration.return_immediately
+            and not answers_with_task(caller.agent.handler)
+        ):
+            reply = Task.Reply.OPEN
+        task = _new_task(caller, message, reply, task_pk)
+    if idempotency_key:
+        previous = _key_claim(caller, idempotency_key, body_hash, task)
+        if previous is not None:
+            # A retry: roll back what this request made (a new context, say);
+            # its task was never saved and no turn is dispatched.
+            transaction.set_rollback(True)
+            return SendOutcome(task=previous, seq_before=0, duplicate=True), None
+    if count_turn:
+        # After the key: a send stored already is answered with its task, whatever the quota.
+        quota_turn_claim(caller.tenant)
+    if message.task_id:
+        seq_before, stored = _continue_task(caller, task, message, push_config, decision)
+        return SendOutcome(task=task, seq_before=seq_before), stored
+    snapshot, stored = _create_task(caller, task, message, push_config)
+    return SendOutcome(task=task, seq_before=0, snapshot=snapshot), stored
 
-    Asked on a new connection, again for COMMIT_CHECK_FOR seconds (a restart);
-    raises CommitUnknown if the store cannot be reached meanwhile, its turn dispatched. The row's id was
-    the database's, and PostgreSQL never gives a rolled-back transaction's ids
-    again: a row of that id, task and messageId is this one.
+
+def _stored_after_all(stored: Message, after_commit: list) -> bool:
+    """Whether the send that wrote `stored` committed, its COMMIT having got no answer.
+
+    The store is asked on a new connection, again for COMMIT_CHECK_FOR
+    seconds (a restart). The row's id was the database's, and PostgreSQL
+    never gives a rolled-back transaction's ids again: a row of that id, task
+    and messageId is this one. Stored, what was to run after the COMMIT
+    (Django's on_commit hooks: the turn's dispatch, the first log entry's
+    publish, the push deliveries' job) runs now. The store out of reach
+    throughout: they run all the same (each finds nothing to do if nothing
+    was stored), and CommitUnknown is raised.
     """
     deadline = time.monotonic() + COMMIT_CHECK_FOR
-    while True:
-        connections["default"].close()
+    found = None
+    while found is None:
         try:
-            return Message.objects.filter(
+            connections["default"].close()
+            found = Message.objects.filter(
                 pk=stored.pk, task_id=stored.task_id, message_id=stored.message_id
             ).exists()
         except UNAVAILABLE_ERRORS:
             if time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
                 break
             time.sleep(COMMIT_CHECK_PAUSE)
-    # Stored, its turn runs now and the caller's retry (same Idempotency-Key) finds the task; not
-    # stored, the worker finds no turn to claim.
-    turn_dispatch(stored.task_id, stored.pk)
-    raise CommitUnknown("the database did not answer the COMMIT of the message, nor since")
+    if found is False:
+        return False
+    for _, hook, _ in after_commit:
+        try:
+            hook()
+        except Exception:
+            logger.exception("Task %s: %s failed after its COMMIT", stored.task_id, hook)
+    if found is None:
+        raise CommitUnknown("the database did not answer the COMMIT of the message, nor since")
+    return True
 
 
 def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | None:

@@ -17,7 +17,7 @@ import uuid
 import httpx
 import pytest
 
-from tasks_app.models import Message, Task
+from tasks_app.models import DraftTaskAlias, Message, Task
 from tests.conftest import SERVICES_MODE, user_message
 from tests.live import start_web
 
@@ -145,12 +145,17 @@ def cut_web(server, db_settings, log_dir):
     cutter.close()
 
 
-def _send_cut(cut_web, mode: str) -> tuple[httpx.Response, str]:
-    """A SendMessage to echo through a web whose COMMIT is cut (CommitCutter's `mode`); its messageId."""
+def _send_cut(cut_web, mode: str, body: dict | None = None) -> tuple[httpx.Response, str]:
+    """A SendMessage (or `body`) to echo through a web whose COMMIT is cut (CommitCutter's `mode`)."""
     web, cutter = cut_web
     message_id = f"m-{uuid.uuid4()}"
     cutter.arm(mode)
-    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": user_message("hello", message_id)}
+    body = body or {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": user_message("hello", message_id),
+    }
     response = httpx.post(web.agent_url("echo"), json=body, headers=HEADERS, timeout=30)
     assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
     return response, message_id
@@ -174,6 +179,24 @@ def test_a_send_whose_commit_went_through_unanswered_is_accepted_and_runs(cut_we
     # Stored once, and its turn ran: the answer is the stored task.
     assert Message.objects.filter(message_id=message_id).count() == 1
     assert Task.objects.get(pk=task["id"]).state == "completed"
+
+
+def test_a_draft_task_named_by_its_client_whose_commit_went_through_unanswered_is_accepted(cut_web, stored):
+    # The draft dialect stores the client's name for its task with it, in the same transaction.
+    client_task_id = f"draft-{uuid.uuid4()}"
+    params = {
+        "id": client_task_id,
+        "message": {"role": "user", "parts": [{"type": "TextPart", "text": "hi"}]},
+    }
+    response, _ = _send_cut(
+        cut_web, "after", {"jsonrpc": "2.0", "id": 2, "method": "tasks/send", "params": params}
+    )
+
+    assert response.status_code == 200, response.text
+    task = response.json()["result"]
+    assert task["id"] == client_task_id
+    assert task["status"]["state"] == "completed"
+    assert DraftTaskAlias.objects.filter(client_task_id=client_task_id).count() == 1
 
 
 def test_a_send_whose_commit_never_arrived_stored_nothing_and_says_so(cut_web, stored):

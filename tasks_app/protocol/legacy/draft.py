@@ -17,7 +17,7 @@ from a2a.utils.errors import (
     PushNotificationNotSupportedError,
     TaskNotFoundError,
 )
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from tasks_app.db import db
 from tasks_app.models import DraftTaskAlias, Task
@@ -52,17 +52,13 @@ def _send_as(client_task_id: str):
     """
 
     def send(caller, request, **options):
-        with transaction.atomic():
-            # A draft client names its task: the answer is that task, whatever the agent says.
-            outcome = message_send(caller, request, reply_as_message=False, **options)
-            if not outcome.duplicate:
-                DraftTaskAlias.objects.create(
-                    task=outcome.task,
-                    agent=caller.agent,
-                    owner=outcome.task.owner,
-                    client_task_id=client_task_id,
-                )
-        return outcome
+        def alias(outcome) -> None:
+            DraftTaskAlias.objects.create(
+                task=outcome.task, agent=caller.agent, owner=outcome.task.owner, client_task_id=client_task_id
+            )
+
+        # A draft client names its task: the answer is that task, whatever the agent says.
+        return message_send(caller, request, reply_as_message=False, with_task=alias, **options)
 
     return send
 

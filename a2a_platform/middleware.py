@@ -32,5 +32,5 @@ class QueryFieldsMiddleware(MiddlewareMixin):
         try:
             request.GET  # noqa: B018 (parsed here, where a refusal is an answer)
         except TooManyFieldsSent as exc:
-            return JsonResponse({"error": f"Bad request: {exc}"}, status=400)
+            return JsonResponse({"detail": f"Bad request: {exc}"}, status=400)
         return None

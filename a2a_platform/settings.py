@@ -88,9 +88,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: every log line after it carries the request id.
     "a2a_platform.logs.RequestIdMiddleware",
-    # A query of too many fields is a 400 here (a2a_platform/middleware.py).
-    "a2a_platform.middleware.QueryFieldsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A query of too many fields is a 400 here, with the security headers (a2a_platform/middleware.py).
+    "a2a_platform.middleware.QueryFieldsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # Django's, without the slash redirect of a POST (a2a_platform/middleware.py).
     "a2a_platform.middleware.CommonMiddleware",

@@ -17,6 +17,8 @@ OAUTH_INTERACTIVE_SCHEME = "oauth2-interactive"
 # Skills marked this way in Agent.skills appear only on the extended card.
 EXTENDED_ONLY = "extendedOnly"
 # Safe retries of SendMessage (tasks_app/services.py message_send), declared as an extension.
+# An A2A version as the spec writes one: Major.Minor ("1" and a patch taken too).
+VERSION_RE = re.compile(r"([0-9]{1,9})(?:\.[0-9]{1,9}){0,2}")
 IDEMPOTENCY_EXTENSION_URI = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/"
 
 
@@ -95,9 +97,6 @@ def _security(base_url: str) -> tuple[dict, list[dict]]:
         {"schemes": {OAUTH_INTERACTIVE_SCHEME: {"list": ["a2a:invoke"]}}},
     ]
     return schemes, requirements
-
-
-VERSION_RE = re.compile(r"([0-9]{1,9})(?:\.[0-9]{1,9}){0,2}")
 
 
 def requested_version(request) -> str:

@@ -295,7 +295,7 @@ def check_request(request) -> None:
 
 
 def check_values(data: dict) -> None:
-    """No NUL in any string or key, no nesting beyond MAX_NESTING (breadth first, no recursion)."""
+    """No NUL or unpaired surrogate in any string or key, no nesting beyond MAX_NESTING (breadth first)."""
     queue = deque([("", data, 1)])
     while queue:
         path, value, depth = queue.popleft()

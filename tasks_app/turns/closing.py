@@ -1,5 +1,7 @@
 """Closing a turn: a task its agent left unsettled ends FAILED, with the reason."""
 
+from datetime import datetime
+
 from a2a.types import a2a_pb2 as pb
 from django.db import transaction
 from django.db.models import DateTimeField, Value
@@ -15,13 +17,18 @@ from tasks_app.turns.batches import BatchWriter
 from tasks_app.turns.lease import Turn, TurnTimedOut, lock_task
 
 
-def _finished(at) -> dict:
+def finish_fields(at: datetime) -> dict:
     """The turn's end, for the console's charts; a turn closed twice keeps its first end."""
     return {"turn_finished_at": Coalesce("turn_finished_at", Value(at, output_field=DateTimeField()))}
 
 
 def turn_finish(
-    task_pk, message_pk: int, error: BaseException | None, *, attempt: int | None = None, finished_at=None
+    task_pk,
+    message_pk: int,
+    error: BaseException | None,
+    *,
+    attempt: int | None = None,
+    finished_at: datetime | None = None,
 ) -> bool:
     """Close a turn. A task the agent left unsettled ends FAILED with the reason.
 
@@ -42,7 +49,10 @@ def turn_finish(
         closing = Message.objects.filter(pk=message_pk)
         if attempt is not None:
             closing = closing.filter(turn=Message.Turn.RUNNING, turn_attempts=attempt)
-        if not closing.update(turn=Message.Turn.DONE, lease_until=None, **_finished(finished_at)):
+        closed = closing.update(
+            turn=Message.Turn.DONE, lease_until=None, turn_metadata_base=None, **finish_fields(finished_at)
+        )
+        if not closed:
             # Closed already. By this close itself (its answer lost), if the end is its own: the
             # failure it wrote is there, and a cancel it found still wants the agent's cancel().
             mine = Message.objects.filter(pk=message_pk, turn=Message.Turn.DONE, turn_finished_at=finished_at)

@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -65,7 +65,7 @@ def claim_statement() -> str:
     )
 
 
-def claim_params(task_pk, message_pk: int, now=None) -> list:
+def claim_params(task_pk, message_pk: int, now: datetime | None = None) -> list:
     """claim_statement's values; `now` is the claim's turn_started_at, which names it (setup.Claim)."""
     now = now or timezone.now()
     return [
@@ -78,7 +78,7 @@ def claim_params(task_pk, message_pk: int, now=None) -> list:
     ]
 
 
-def turn_claim(task_pk, message_pk: int, now=None) -> bool:
+def turn_claim(task_pk, message_pk: int, now: datetime | None = None) -> bool:
     """Take a queued turn of the task: count an attempt, hold its lease. False if another worker has it."""
     return bool(sql.execute(claim_statement(), claim_params(task_pk, message_pk, now)))
 
@@ -131,7 +131,8 @@ def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None =
     It changes no row if another attempt holds the turn. Run with the batch's
     INSERTs (BatchWriter.commit). `metadata_base`: the task's metadata before
     the batch changed it, kept as the turn's turn_metadata_base unless an
-    earlier batch of the turn noted one (setup._restart goes back to it).
+    earlier batch of the turn noted one (setup._restart goes back to it); a
+    closed turn keeps none.
     """
     now = timezone.now()
     if done:
@@ -141,7 +142,9 @@ def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None =
     else:
         changes = "lease_until = %s"
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
-    if metadata_base is not None:
+    if done:
+        changes += ", turn_metadata_base = NULL"  # a closed turn is never run again
+    elif metadata_base is not None:
         changes += ", turn_metadata_base = COALESCE(turn_metadata_base, %s)"
         values.append(sql.prep(Message, "turn_metadata_base", metadata_base))
     statement = f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}"

@@ -31,6 +31,7 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.turns.batches import BatchWriter
+from tasks_app.turns.closing import finish_fields
 from tasks_app.turns.lease import Turn, claim_params, claim_statement, lock_task, owned_turn, turn_claim
 from tasks_app.turns.view import TaskView
 from tenants import sql
@@ -167,7 +168,9 @@ def _close_on_ended_task(turn: Turn, task: Task) -> None:
 
     task_cancel saw this turn running and left the agent's cancel() to it.
     """
-    closed = owned_turn(turn).update(turn=Message.Turn.DONE, lease_until=None)
+    closed = owned_turn(turn).update(
+        turn=Message.Turn.DONE, lease_until=None, turn_metadata_base=None, **finish_fields(timezone.now())
+    )
     if closed and task.state == TaskState.CANCELED:
         task_pk = task.pk
         transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
@@ -181,8 +184,8 @@ def _restart(turn: Turn) -> bool:
     restart_id = f"restart-{turn.message_pk}-{turn.attempt}"
     with transaction.atomic():
         task = lock_task(turn.task_pk)
-        owned = list(owned_turn(turn).values_list("turn_metadata_base", flat=True)[:1])
-        if not owned:
+        owned = owned_turn(turn).values("turn_metadata_base").first()
+        if owned is None:
             return False
         if task.is_terminal:
             # Ended since the claim read it (a cancel): closed now, not left to its lease.
@@ -210,10 +213,10 @@ def _restart(turn: Turn) -> bool:
             "the worker running it was lost."
         )
         writer = BatchWriter(task, turn)
-        if owned[0] is not None:
+        if owned["turn_metadata_base"] is not None:
             # What the lost attempt merged into the task's metadata goes too: a re-run that
             # found it would take the lost attempt's notes (a proxy's remote task) for its own.
-            task.metadata = owned[0]
+            task.metadata = owned["turn_metadata_base"]
             writer.fields.add("metadata")
         writer.apply(
             pb.TaskStatusUpdateEvent(

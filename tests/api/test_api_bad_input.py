@@ -47,6 +47,7 @@ def test_it_refuses_a_deeply_nested_answer_with_a_400(trio):
     bob = trio.token("acme", user="bob")
     answer = post_raw(trio, f"tasks/{uuid.uuid4()}/answer/", bob, f'{{"text": {nested(100_000)}}}')
     assert answer.status_code == 400, answer.text[:300]
+    assert "nested" in answer.json()["detail"]
 
 
 def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(trio):

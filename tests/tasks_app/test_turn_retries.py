@@ -63,6 +63,17 @@ def test_a_rerun_finds_the_task_metadata_as_the_lost_attempt_found_it(lost_turn)
     assert Task.objects.get(pk=turn.task_pk).metadata == {"kept": "from an earlier turn"}
 
 
+def test_a_closed_turn_keeps_no_copy_of_the_task_metadata(lost_turn):
+    # The copy is only for a run again; a closed turn never runs again.
+    turn = lost_turn
+    view = TaskView(messages=[Message.objects.get(pk=turn.message_pk)], artifacts=[])
+    assert events_store(turn, [_status_with_metadata(turn.task_pk, {"noted": "here"})], view) == "working"
+    assert Message.objects.get(pk=turn.message_pk).turn_metadata_base == {"kept": "from an earlier turn"}
+    done = pb.TaskStatusUpdateEvent(task_id=turn.task_pk, status=pb.TaskStatus(state=pb.TASK_STATE_COMPLETED))
+    assert events_store(turn, [done], view) == "completed"
+    assert Message.objects.get(pk=turn.message_pk).turn_metadata_base is None
+
+
 def test_a_rerun_keeps_metadata_the_lost_attempt_did_not_touch(lost_turn):
     turn = lost_turn
     Message.objects.filter(pk=turn.message_pk).update(turn=Message.Turn.PENDING, lease_until=None)

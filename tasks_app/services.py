@@ -104,7 +104,8 @@ def message_send(
     reply_as_message: the caller will not see the task before the agent's
     first word (a blocking call or a stream), so an agent that answers with a
     Message alone makes it a message exchange (Task.Reply.MESSAGE). Not for
-    a handler that declares answers_with_task: its task is shown at once.
+    a handler that declares answers_with_task, nor for a send with a push
+    config (its webhook gets the Task first): the task is shown at once.
 
     One transaction stores everything (context, task, message, the first log
     entry, the key); the turn is dispatched and the entry published after it
@@ -189,9 +190,11 @@ def _send_stored(
         task = _task_to_continue(caller, message)
     else:
         reply = Task.Reply.TASK
+        # A webhook is shown the Task at once (its first event): no exchange then.
         if (
             reply_as_message
             and not request.configuration.return_immediately
+            and push_config is None
             and not answers_with_task(caller.agent.handler)
         ):
             reply = Task.Reply.OPEN

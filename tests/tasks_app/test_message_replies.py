@@ -4,6 +4,7 @@ The platform keeps a durable record of the exchange (a task row marked
 Task.Reply.MESSAGE) that the console shows under its context and no A2A caller sees.
 """
 
+import json
 import time
 import uuid
 
@@ -20,6 +21,7 @@ from tenants.models import Tenant
 from tests.conftest import user_message
 from tests.sse import read_events, stream
 from tests.tasks_app.test_message_ids import BINDINGS, sdk_client
+from tests.tasks_app.webhooks import new_path
 
 HEADERS = {"A2A-Version": "1.0"}
 
@@ -170,6 +172,23 @@ def test_return_immediately_answers_with_the_task_the_reply_then_completes(rpc, 
         time.sleep(0.05)
     assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
     assert fetched["status"]["message"]["parts"] == [{"text": "You said: later"}]
+
+
+def test_a_send_with_a_push_config_keeps_the_task_its_webhook_was_shown(rpc, replier, receiver):
+    # The webhook gets the Task itself first: its receiver holds the id from then on, so the
+    # agent's Message completes that task instead of making it an exchange GetTask no longer finds.
+    path = new_path()
+    params = {
+        **user_message("pushed", f"m-{uuid.uuid4()}"),
+        "configuration": {"taskPushNotificationConfig": {"url": receiver.url(path)}},
+    }
+    answer = rpc("SendMessage", params, agent=replier)["result"]
+    shown = json.loads(receiver.wait_for(path, 1)[0]["body"])["task"]
+
+    assert answer["task"]["id"] == shown["id"]
+    fetched = rpc("GetTask", {"id": shown["id"]}, agent=replier)["result"]
+    assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert fetched["status"]["message"]["parts"] == [{"text": "You said: pushed"}]
 
 
 def test_a_retry_with_the_idempotency_key_gets_the_same_message(rpc, replier):

@@ -360,9 +360,10 @@ def task_list(
     tasks built as models, with their status messages and a prefetch, cost
     the web process several times what the rows' values do.
     """
-    tasks = tasks_matching(
-        tasks_visible_to(caller), context_id=context_id, state=state or "", status_after=status_after
-    )
+    # Not a task its caller has not been shown yet (Task.Reply.OPEN: a blocking call or stream
+    # waiting for the agent's first word): a bare Message would make it an exchange, gone from the list.
+    visible = tasks_visible_to(caller).exclude(reply=Task.Reply.OPEN)
+    tasks = tasks_matching(visible, context_id=context_id, state=state or "", status_after=status_after)
     total = total_size(tasks)
     if page_token:
         after_ts, after_id = _parse_page_token(page_token)

@@ -5,6 +5,7 @@ Task.Reply.MESSAGE) that the console shows under its context and no A2A caller s
 """
 
 import json
+import threading
 import time
 import uuid
 
@@ -255,3 +256,31 @@ def test_a_task_a_blocking_send_showed_at_its_timeout_stays_a_task(short_wait, s
     assert "result" in found, found
     assert found["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert found["result"]["status"]["message"]["parts"] == [{"text": f"Gate {gate.name} opened"}]
+
+
+def test_list_tasks_leaves_out_a_task_its_caller_has_not_been_shown(server, stored, tmp_path):
+    """A blocking call waits for the agent's first word: its task is no task yet to the caller,
+    and an agent that answers with a Message alone makes it an exchange no list shows."""
+    agent = _demo_agent("gated-open")
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    context_id = f"ctx-{uuid.uuid4()}"
+
+    def call(method: str, params: dict) -> dict:
+        body = {"jsonrpc": "2.0", "id": 6, "method": method, "params": params}
+        return httpx.post(server.agent_url(agent), json=body, headers=HEADERS, timeout=30).json()
+
+    answers = []
+    params = user_message(str(gate), f"m-{uuid.uuid4()}", contextId=context_id)
+    sending = threading.Thread(target=lambda: answers.append(call("SendMessage", params)))
+    sending.start()
+    deadline = time.monotonic() + 10
+    while not Task.objects.filter(context__context_id=context_id).exists():
+        assert time.monotonic() < deadline, "the send stored no task"
+        time.sleep(0.05)
+
+    waiting = call("ListTasks", {"contextId": context_id})["result"]
+    gate.touch()
+    sending.join(30)
+    assert (waiting.get("tasks", []), waiting["totalSize"]) == ([], 0)
+    assert "message" in answers[0]["result"]
+    assert call("ListTasks", {"contextId": context_id})["result"].get("tasks", []) == []

@@ -73,8 +73,9 @@ class Collecting(EventQueue):
         self.events.append(event)
 
 
-def _statements(queries) -> list[str]:
-    return [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+def _statements(queries) -> list[str | None]:
+    # A statement psycopg ran prepared may be captured without its text (None); it still counts.
+    return [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in (q["sql"] or "")]
 
 
 def _caller() -> Caller:

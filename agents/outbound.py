@@ -52,7 +52,8 @@ MAX_LOOKUPS_PER_DOMAIN = 8
 _pending_lock = threading.Lock()
 _pending: dict[str, "_Lookup"] = {}
 # When every lookup in a block must end (deadline()); none outside one.
-_deadline: ContextVar[float] = ContextVar("outbound_deadline", default=math.inf)
+# When the enclosing deadline() ends, and the seconds it was given (what a refusal names).
+_deadline: ContextVar[tuple[float, float]] = ContextVar("outbound_deadline", default=(math.inf, math.inf))
 # The name lookup. A module attribute so that a test can put a resolver on loopback in its place.
 getaddrinfo = socket.getaddrinfo
 
@@ -193,7 +194,7 @@ def deadline(seconds: float):
     For a check that looks up several names (a config's URLs, a card and its
     interfaces): together they take no longer than the check may.
     """
-    token = _deadline.set(min(_deadline.get(), time.monotonic() + seconds))
+    token = _deadline.set(min(_deadline.get(), (time.monotonic() + seconds, seconds)))
     try:
         yield
     finally:
@@ -202,7 +203,16 @@ def deadline(seconds: float):
 
 def time_left(timeout: float) -> float:
     """`timeout`, or what is left of the enclosing deadline() if that ends sooner."""
-    return max(0.0, min(timeout, _deadline.get() - time.monotonic()))
+    return max(0.0, min(timeout, _deadline.get()[0] - time.monotonic()))
+
+
+def _timeout_named(timeout: float) -> float:
+    """The timeout a refusal names: the caller's own, or the enclosing deadline()'s if that ends first.
+
+    Not what is left of either by the time of the lookup (0.499 s of 0.5, say).
+    """
+    ends, seconds = _deadline.get()
+    return seconds if ends < time.monotonic() + timeout else timeout
 
 
 class _Lookup:
@@ -245,7 +255,7 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
         return [info[4][0] for info in infos]
     except (OSError, UnicodeError):
         pass
-    timeout = time_left(timeout)
+    named, timeout = _timeout_named(timeout), time_left(timeout)
     name = host.lower().rstrip(".")
     with _pending_lock:
         lookup = _pending.get(name)
@@ -262,7 +272,7 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
             lookup = _pending[name] = _Lookup(domain)
             _start(lookup, name, host, port)
     if not lookup.done.wait(timeout):
-        raise UrlRefused(f"the host '{host}' did not resolve within {timeout:.3g} s")
+        raise UrlRefused(f"the host '{host}' did not resolve within {named:.3g} s")
     answer = lookup.answer
     if isinstance(answer, OSError | UnicodeError):
         raise UrlRefused(f"the host '{host}' does not resolve")

@@ -15,10 +15,13 @@ from a2a_platform.a2a_asgi import A2AHandler, http_router  # noqa: E402
 from a2a_platform.collector import freeze_startup_objects  # noqa: E402
 from a2a_platform.console.routing import websocket_urlpatterns  # noqa: E402
 from a2a_platform.daphne_requests import disable_form_parsing  # noqa: E402
+from a2a_platform.daphne_sockets import wait_for_closing_clients  # noqa: E402
 from a2a_platform.forwarded import forwarded_client  # noqa: E402
 
 # Daphne serves this application: its requests need not parse form bodies Django parses anyway.
 disable_form_parsing()
+# ...and a client closing a socket is given time to answer, so it hears why (a2a_platform/daphne_sockets.py).
+wait_for_closing_clients()
 
 # Behind proxies (TRUSTED_PROXY_COUNT), the caller's address from their X-Forwarded-For, for every route.
 application = forwarded_client(

@@ -4,8 +4,6 @@ from datetime import datetime
 
 from a2a.types import a2a_pb2 as pb
 from django.db import transaction
-from django.db.models import DateTimeField, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -14,12 +12,7 @@ from tasks_app.models import (
     TaskState,
 )
 from tasks_app.turns.batches import BatchWriter
-from tasks_app.turns.lease import Turn, TurnTimedOut, lock_task
-
-
-def finish_fields(at: datetime) -> dict:
-    """The turn's end, for the console's charts; a turn closed twice keeps its first end."""
-    return {"turn_finished_at": Coalesce("turn_finished_at", Value(at, output_field=DateTimeField()))}
+from tasks_app.turns.lease import Turn, TurnTimedOut, closed_turn_fields, lock_task
 
 
 def turn_finish(
@@ -49,9 +42,7 @@ def turn_finish(
         closing = Message.objects.filter(pk=message_pk)
         if attempt is not None:
             closing = closing.filter(turn=Message.Turn.RUNNING, turn_attempts=attempt)
-        closed = closing.update(
-            turn=Message.Turn.DONE, lease_until=None, turn_metadata_base=None, **finish_fields(finished_at)
-        )
+        closed = closing.update(**closed_turn_fields(finished_at))
         if not closed:
             # Closed already. By this close itself (its answer lost), if the end is its own: the
             # failure it wrote is there, and a cancel it found still wants the agent's cancel().

@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import DateTimeField, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tasks_app.db import UNAVAILABLE_ERRORS, db
@@ -125,6 +127,20 @@ def owned_turn(turn: Turn):
     return Message.objects.filter(**_owned(turn))
 
 
+def closed_turn_fields(at: datetime) -> dict:
+    """What closing a turn writes, as an ORM update's fields (owned_turn_statement writes it in SQL).
+
+    A closed turn is never run again, so it keeps no metadata to restart from;
+    a turn closed twice keeps its first end (the console's charts).
+    """
+    return {
+        "turn": Message.Turn.DONE,
+        "lease_until": None,
+        "turn_metadata_base": None,
+        "turn_finished_at": Coalesce("turn_finished_at", Value(at, output_field=DateTimeField())),
+    }
+
+
 def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None = None) -> tuple[str, list]:
     """The UPDATE that renews the lease of a batch's turn, or closes it (done).
 
@@ -136,15 +152,16 @@ def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None =
     """
     now = timezone.now()
     if done:
-        # A turn closed twice keeps its first end (the console's charts).
-        changes = "turn = %s, lease_until = NULL, turn_finished_at = COALESCE(turn_finished_at, %s)"
+        # closed_turn_fields, as SQL: this runs with every batch, and is written by hand.
+        changes = (
+            "turn = %s, lease_until = NULL, turn_metadata_base = NULL, "
+            "turn_finished_at = COALESCE(turn_finished_at, %s)"
+        )
         values = [Message.Turn.DONE, sql.prep(Message, "turn_finished_at", now)]
     else:
         changes = "lease_until = %s"
         values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
-    if done:
-        changes += ", turn_metadata_base = NULL"  # a closed turn is never run again
-    elif metadata_base is not None:
+    if not done and metadata_base is not None:
         changes += ", turn_metadata_base = COALESCE(turn_metadata_base, %s)"
         values.append(sql.prep(Message, "turn_metadata_base", metadata_base))
     statement = f"UPDATE {sql.table(Message)} SET {changes} WHERE {_owned_where()}"

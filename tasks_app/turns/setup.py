@@ -31,8 +31,15 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.turns.batches import BatchWriter
-from tasks_app.turns.closing import finish_fields
-from tasks_app.turns.lease import Turn, claim_params, claim_statement, lock_task, owned_turn, turn_claim
+from tasks_app.turns.lease import (
+    Turn,
+    claim_params,
+    claim_statement,
+    closed_turn_fields,
+    lock_task,
+    owned_turn,
+    turn_claim,
+)
 from tasks_app.turns.view import TaskView
 from tenants import sql
 from tenants.models import Tenant
@@ -168,9 +175,7 @@ def _close_on_ended_task(turn: Turn, task: Task) -> None:
 
     task_cancel saw this turn running and left the agent's cancel() to it.
     """
-    closed = owned_turn(turn).update(
-        turn=Message.Turn.DONE, lease_until=None, turn_metadata_base=None, **finish_fields(timezone.now())
-    )
+    closed = owned_turn(turn).update(**closed_turn_fields(timezone.now()))
     if closed and task.state == TaskState.CANCELED:
         task_pk = task.pk
         transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)

@@ -7,9 +7,13 @@ admin deactivating the user, or by a queryset update that sends no signal (the
 feed's own periodic re-check catches that one).
 """
 
+import os
+import signal
 import time
 import uuid
+from pathlib import Path
 
+import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
@@ -133,6 +137,67 @@ def test_a_member_removed_through_the_api_loses_the_open_feed(server, sign_in, f
     assert after not in live.tasks()
     assert {first, second} <= live.tasks()
     assert orm(lambda: AuditEvent.objects.filter(action="member.remove", target_id=username).count()) == 1
+
+
+def test_a_slow_browser_still_hears_why_its_feed_closed(server, sign_in, feed, start_task):
+    """The browser reads the server's close frame late: it still gets the close code, not 1006.
+
+    The browser's network process is stopped while the server closes the feed, and
+    let go after Autobahn's default closing-handshake wait (one second), after which
+    the server used to reset the connection: the browser then saw 1006 (gone, no
+    reason) and its page reconnected, as on a loaded machine in CI.
+    """
+    username = orm(_make_member)
+    member = sign_in(username)
+    live = feed(member)
+    first = start_task()
+    live.wait_for_task(first)
+
+    # Removed by alice over plain HTTP: the browser's own requests go through the stopped process.
+    alice = sign_in("alice")
+    cookies = {cookie["name"]: cookie["value"] for cookie in alice.context.cookies()}
+    network = _network_service_pid()
+    os.kill(network, signal.SIGSTOP)
+    try:
+        removed = httpx.delete(
+            f"{server.base_url}/api/v1/tenants/acme/members/{username}/",
+            cookies=cookies,
+            headers={"X-CSRFToken": cookies["csrftoken"], "Referer": server.base_url + "/"},
+            timeout=30,
+        )
+        time.sleep(2.5)
+    finally:
+        os.kill(network, signal.SIGCONT)
+    assert removed.status_code == 204, removed.text
+    assert live.wait_closed(CLOSED_WITHIN) == CLOSE_REVOKED
+
+
+def _network_service_pid() -> int:
+    """The network process of the Chromium this test run started (it reads the browser's sockets)."""
+    parents, commands = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes()  # Chromium rewrites its own
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+
+    def mine(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    found = [
+        pid
+        for pid, command in commands.items()
+        if b"--utility-sub-type=network.mojom.NetworkService" in command and mine(pid)
+    ]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_a_user_deactivated_in_the_django_admin_loses_the_open_feed(server, sign_in, feed, start_task):

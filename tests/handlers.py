@@ -110,3 +110,44 @@ class OpenGatedReplyExecutor(GatedReplyExecutor):
     which makes the exchange a message exchange (the resent-stream tests)."""
 
     answers_with_task = False
+
+
+class JournalExecutor(AgentExecutor):
+    """Works for the seconds its config names; notes in the file `journal` when each run starts and stops.
+
+    One JSON line per note: {"task", "execution", "event": "start" | "stop" | "end", "at": time.time()}.
+    "stop" is an execution cancelled (or failed) before its end.
+    """
+
+    def __init__(self, config: dict | None = None):
+        config = config or {}
+        self.seconds = float(config.get("seconds", 5))
+        self.journal = config["journal"]
+
+    def note(self, task_id: str, execution: str, event: str) -> None:
+        import json
+        import time
+
+        line = json.dumps({"task": task_id, "execution": execution, "event": event, "at": time.time()})
+        with open(self.journal, "a") as journal:
+            journal.write(line + "\n")
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+        import uuid
+
+        task = context.current_task
+        execution = uuid.uuid4().hex
+        self.note(task.id, execution, "start")
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        try:
+            await updater.update_status(TaskState.TASK_STATE_WORKING)
+            await asyncio.sleep(self.seconds)
+        except BaseException:
+            self.note(task.id, execution, "stop")
+            raise
+        self.note(task.id, execution, "end")
+        await updater.update_status(TaskState.TASK_STATE_COMPLETED)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None

@@ -40,8 +40,8 @@ from django.urls import set_script_prefix
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
-# /a2a/<tenant>/<agent>/ and /a2a/<tenant>/<agent>/rest/..., not the cards under .well-known/.
-BINDING_ROUTE = re.compile(r"^/a2a/[^/]+/[^/]+(?:/?$|/rest/)")
+# /a2a/<tenant>/<agent>/ and /a2a/<tenant>/<agent>/rest[/...], not the cards under .well-known/.
+BINDING_ROUTE = re.compile(r"^/a2a/[^/]+/[^/]+(?:/?$|/rest(?:/|$))")
 # Middleware with nothing to do on these routes. The messages framework carries the
 # console's one-time notices; an A2A view adds none, so its response is the same
 # without it, and building its cookie and session stores cost about 6% of a

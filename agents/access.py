@@ -14,11 +14,18 @@ from tenants.models import Tenant
 
 def get_enabled_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
     """The agent served at /a2a/<tenant>/<agent>/, with its tenant, or None if it is missing or disabled."""
+    if not can_name_agent(tenant_slug, agent_slug):
+        return None
     # Every A2A request starts here: one hand-written statement (tenants/sql.py).
     select, joins, where = enabled_agent_sql()
     params = enabled_agent_params(tenant_slug, agent_slug)
     row = sql.fetch_one(f"SELECT {select} {joins} WHERE {where}", params)
     return enabled_agent_of(row) if row is not None else None
+
+
+def can_name_agent(tenant_slug: str, agent_slug: str) -> bool:
+    """Whether the URL's segments may be looked up at all (any segment reaches the bindings' views)."""
+    return usable_id(tenant_slug) and usable_id(agent_slug)
 
 
 @functools.cache

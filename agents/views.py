@@ -6,6 +6,7 @@ from django.views.decorators.csrf import csrf_exempt
 from agents.access import get_enabled_agent
 from agents.cards import card_cache_headers, card_dict, card_last_modified, card_version, public_base_url
 from agents.models import Agent
+from tenants.access import usable_id
 
 # Cards are only ever read: nothing here takes a write, so no CSRF check either
 # (it would answer a stray POST with an HTML 403 instead of this 405).
@@ -58,10 +59,18 @@ async def agent_card(request, tenant: str, agent: str):
 
 
 def _catalog(request, tenant: str, version: str):
+    if not usable_id(tenant):
+        return []
     agents = Agent.objects.select_related("tenant").filter(tenant__slug=tenant, enabled=True).order_by("slug")
     base_url = public_base_url(request)
     # Every enabled agent's public card; authenticated agents show how to get a token.
     return [card_dict(agent, base_url, version=version) for agent in agents]
+
+
+@csrf_exempt
+async def not_found(request):
+    """Any other URL under /a2a/: a JSON 404 on every method, whoever's tenant or agent it names."""
+    return JsonResponse({"error": "Nothing at this URL"}, status=404)
 
 
 @csrf_exempt

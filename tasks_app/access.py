@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from django.db import connection
 
-from agents.access import enabled_agent_of, enabled_agent_params, enabled_agent_sql
+from agents.access import can_name_agent, enabled_agent_of, enabled_agent_params, enabled_agent_sql
 from agents.models import Agent
 from tasks_app.models import Artifact, Context, Message, Task
 from tenants import sql
@@ -167,6 +167,8 @@ def get_agent_and_task(
     (selectors._snapshot): it has no LATERAL, and its subquery in the SELECT
     list would run once per artifact.
     """
+    if not can_name_agent(tenant_slug, agent_slug):
+        return None
     pk = parse_task_uuid(task_id)
     select, joins, where = enabled_agent_sql()
     with_history = history > 0 and connection.vendor == "postgresql"

@@ -1,20 +1,24 @@
 from django.urls import path, re_path
 
-from agents.views import agent_card, tenant_catalog
+from agents.views import agent_card, not_found, tenant_catalog
 from tasks_app.protocol.jsonrpc import jsonrpc_endpoint
 from tasks_app.protocol.rest import rest_endpoint
 
-# As Django's <slug:> of the JSON-RPC route: a name no agent has gets the binding's JSON 404 on both.
-AGENT = r"(?P<tenant>[-a-zA-Z0-9_]+)/(?P<agent>[-a-zA-Z0-9_]+)"
+# Any segment, as Django's <str:>: a name no agent can have (ech.o, a space) reaches the view
+# and gets its binding's "no agent" answer, the same as a name no agent has, never Django's HTML 404.
+AGENT = r"(?P<tenant>[^/]+)/(?P<agent>[^/]+)"
 
 urlpatterns = [
-    path("<slug:tenant>/", tenant_catalog, name="catalog"),
-    path("<slug:tenant>/<slug:agent>/", jsonrpc_endpoint, name="jsonrpc"),
+    path("<str:tenant>/", tenant_catalog, name="catalog"),
+    path("<str:tenant>/<str:agent>/", jsonrpc_endpoint, name="jsonrpc"),
     # The same without its slash, as a client that trims URLs sends it (a redirect drops a POST's body).
-    path("<slug:tenant>/<slug:agent>", jsonrpc_endpoint, name="jsonrpc-no-slash"),
-    path("<slug:tenant>/<slug:agent>/.well-known/agent-card.json", agent_card, name="agent-card"),
-    path("<slug:tenant>/<slug:agent>/.well-known/agent.json", agent_card, name="agent-card-legacy"),
+    path("<str:tenant>/<str:agent>", jsonrpc_endpoint, name="jsonrpc-no-slash"),
+    path("<str:tenant>/<str:agent>/.well-known/agent-card.json", agent_card, name="agent-card"),
+    path("<str:tenant>/<str:agent>/.well-known/agent.json", agent_card, name="agent-card-legacy"),
     # [\s\S], not ".": a percent-encoded newline in an id still reaches the binding and its JSON errors;
-    # and * not +: so does an empty path.
-    re_path(rf"^{AGENT}/rest/(?P<rest>[\s\S]*)$", rest_endpoint, name="rest"),
+    # and the rest is optional: so does an empty path, and the binding's URL without its slash.
+    re_path(rf"^{AGENT}/rest(?:/(?P<rest>[\s\S]*))?$", rest_endpoint, name="rest"),
+    # Anything else under /a2a/ with a slash: a JSON 404. Not /a2a/<tenant>, which still
+    # redirects to the catalog's URL with its slash.
+    re_path(r"^(?:[\s\S]*/[\s\S]*)?$", not_found, name="not-found"),
 ]

@@ -167,7 +167,7 @@ def response_type(request) -> str:
 
 @csrf_exempt
 @observe_requests("rest")
-async def rest_endpoint(request, tenant: str, agent: str, rest: str):
+async def rest_endpoint(request, tenant: str, agent: str, rest: str = ""):
     response = await _answer(request, tenant, agent, rest)
     if isinstance(response, JsonAnswer):
         response["Content-Type"] = response_type(request)

@@ -11,9 +11,11 @@ import httpx
 import pytest
 from django.conf import settings
 
+from agents.models import Agent
 from tasks_app.models import Message, Task
+from tenants.models import Tenant
 from tests.conftest import user_message
-from tests.tasks_app.legacy_helpers import stored_counts, unique
+from tests.tasks_app.legacy_helpers import other_tenant_echo, stored_counts, unique
 
 V1 = {"A2A-Version": "1.0"}
 JSON = {"Content-Type": "application/json"}
@@ -408,6 +410,61 @@ def test_an_unpaired_surrogate_in_an_older_dialects_id_is_invalid_params(server,
         error = rpc_error(rpc_raw(server, envelope(method, params)))
         assert error["code"] == -32602, (method, error)
     assert stored_counts() == before
+
+
+@pytest.mark.parametrize("segment", ["ech.o", "ech%20o", "%C3%A9cho", "ech%FFo", "ec%00ho", "ec%0Aho"])
+def test_a_url_segment_no_slug_can_be_gets_the_bindings_json_404_as_an_unknown_agent(server, stored, segment):
+    # Django's converters refused these names before any view saw them: its HTML 404 page
+    # (with DEBUG, the URL patterns too) on every A2A route. Each answers as for an agent
+    # that does not exist, or is another tenant's, so neither tells anything apart.
+    base = f"{server.base_url}/a2a"
+    rpc = envelope("GetTask", {"id": str(uuid.uuid4())})
+
+    def answers(tenant: str, agent: str) -> list:
+        rest_answer = httpx.get(f"{base}/{tenant}/{agent}/rest/tasks/{uuid.uuid4()}", headers=V1, timeout=30)
+        rest_error(rest_answer, 404, "METHOD_NOT_FOUND")
+        found = [rest_answer.json()]
+        for url in (f"{base}/{tenant}/{agent}/", f"{base}/{tenant}/{agent}"):
+            error = rpc_error(rpc_raw_to(url, rpc, V1), 404)
+            assert error["code"] == -32601, (url, error)
+            found.append(error)
+        for card in ("agent-card.json", "agent.json"):
+            response = httpx.get(f"{base}/{tenant}/{agent}/.well-known/{card}", timeout=30)
+            assert response.status_code == 404, response.text[:300]
+            assert response.headers["content-type"] == "application/json", response.text[:300]
+            found.append(response.json())
+        return found
+
+    unknown = answers("demo", "no-such-agent")
+    assert answers("no-such-tenant", "echo") == unknown
+    # An agent of another tenant, under demo's URL.
+    globex = Tenant.objects.get(slug=other_tenant_echo())
+    Agent.objects.get_or_create(
+        tenant=globex, slug="globex-only", defaults={"name": "Globex only", "handler": "echo"}
+    )
+    assert answers("demo", "globex-only") == unknown
+    assert answers("demo", segment) == unknown
+    assert answers(segment, "echo") == unknown
+    catalog = httpx.get(f"{base}/{segment}/", timeout=30)
+    assert catalog.status_code == 404 and catalog.json() == {"error": "No agents at this URL"}
+
+
+@pytest.mark.parametrize(
+    "path", ["a2a/demo/echo/other", "a2a/demo/echo/.well-known/other", "a2a/", "a2a//echo/"]
+)
+def test_any_other_url_under_a2a_is_a_json_404(server, stored, path):
+    for verb in ("GET", "POST", "DELETE"):
+        response = httpx.request(verb, f"{server.base_url}/{path}", headers={**V1, **JSON}, timeout=30)
+        assert response.status_code == 404, (verb, response.text[:300])
+        assert response.json() == {"error": "Nothing at this URL"}, verb
+
+
+def test_a_post_to_the_rest_bindings_url_without_its_slash_is_its_json_404(server, stored):
+    # No redirect (it would drop the body), no HTML page: the binding's own "no operation here".
+    response = httpx.post(
+        f"{server.base_url}/a2a/demo/echo/rest", content="{}", headers={**V1, **JSON}, timeout=30
+    )
+    rest_error(response, 404, "METHOD_NOT_FOUND")
 
 
 @pytest.mark.parametrize("path", ["a2a/demo/echo/rest", "a2a/demo"])

@@ -53,16 +53,23 @@ def check_version_value_1(sent: str) -> None:
         )
 
 
-def check_version_legacy(request) -> None:
-    """An older dialect's method (0.3, the draft) is served with no version, or one of 0.x or 1.x.
+def check_version_legacy(request, method: str) -> None:
+    """An older dialect's method (0.3, the draft) is served with no version, or a 0.x one.
 
-    The method name says the dialect, whatever 0.x or 1.x the header names; a
-    version this endpoint does not speak at all (2.0, 'abc') is -32009, as on
-    the 1.0 methods and the card. Its code is the 1.0 one: a client that
+    A request naming 1.x is processed with 1.x semantics (spec §3.6), which have
+    no such method; a2a-sdk refuses it as an unsupported version too. So it is
+    -32009, as is a version this endpoint does not speak at all (2.0, 'abc'),
+    as on the 1.0 methods and the card. Its code is the 1.0 one: a client that
     names a version knows it.
     """
     sent = requested_version(request)
-    if sent and version_major(sent) not in ("0", "1"):
+    major = version_major(sent) if sent else "0"
+    if major == "1":
+        raise VersionNotSupportedError(
+            message=f"A2A version '{sent}' is not supported for '{method}', a method of A2A 0.3 and older: "
+            "call its 1.0 twin (SendMessage, GetTask, ...), or send it without an A2A-Version header"
+        )
+    if major != "0":
         raise VersionNotSupportedError(
             message=f"A2A version '{sent}' is not supported; this endpoint speaks 1.0 and 0.3"
         )

@@ -115,7 +115,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             if found is None:
                 raise NoAgent()
             if body["method"] in legacy.LEGACY_METHODS:
-                check_version_legacy(request)
+                check_version_legacy(request, body["method"])
                 return await legacy.dispatch(request, body, found, request_id)
             raise MethodNotFoundError(message=f"Method '{body['method']}' not found")
         request_type, operation, streaming = method

@@ -156,7 +156,9 @@ def _send_cut(cut_web, mode: str, body: dict | None = None) -> tuple[httpx.Respo
         "method": "SendMessage",
         "params": user_message("hello", message_id),
     }
-    response = httpx.post(web.agent_url("echo"), json=body, headers=HEADERS, timeout=30)
+    # An older dialect's method (its name has a '/') is sent without the 1.0 header.
+    headers = {} if "/" in body["method"] else HEADERS
+    response = httpx.post(web.agent_url("echo"), json=body, headers=headers, timeout=30)
     assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
     return response, message_id
 

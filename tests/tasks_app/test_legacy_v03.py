@@ -172,9 +172,39 @@ def test_another_tenants_agent_cannot_see_the_task(server, stored):
     assert Task.objects.get(pk=task["id"]).messages.filter(role="user").count() == 1
 
 
-def test_the_version_header_does_not_change_the_dialect(server, stored):
+@pytest.mark.parametrize("version", ["1.0", "1", "1.7", "1.0.0"])
+def test_a_1_x_version_on_an_older_dialects_method_is_version_not_supported(server, stored, version):
+    # A request naming 1.x is processed with 1.x semantics (spec §3.6), which have no
+    # message/send; a2a-sdk refuses it as an unsupported version. It was served as 0.3.
+    task = post(server, "message/send", message("mine"))["result"]
+    before = stored_counts()
+    calls = {
+        "message/send": message("v"),
+        "tasks/get": {"id": task["id"]},
+        "tasks/cancel": {"id": task["id"]},
+        "tasks/pushNotificationConfig/list": {"id": task["id"]},
+        "tasks/send": {
+            "id": unique("draft"),
+            "message": {"role": "user", "parts": [{"type": "text", "text": "v"}]},
+        },
+    }
+    for method, params in calls.items():
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        response = httpx.post(
+            server.agent_url("echo"), json=body, headers={"A2A-Version": version}, timeout=30
+        )
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["id"] == 7 and "result" not in answer, answer
+        assert answer["error"]["code"] == -32009, (method, answer)
+        assert version in answer["error"]["message"] and method in answer["error"]["message"]
+    assert stored_counts() == before
+
+
+@pytest.mark.parametrize("headers", [{}, {"A2A-Version": "0.3"}, {"A2A-Version": "0.2"}])
+def test_an_older_dialects_method_is_served_with_no_version_or_a_0_x_one(server, stored, headers):
     body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": message("v")}
-    response = httpx.post(server.agent_url("echo"), json=body, headers={"A2A-Version": "1.0"}, timeout=30)
+    response = httpx.post(server.agent_url("echo"), json=body, headers=headers, timeout=30)
     assert response.json()["result"]["kind"] == "task"
 
 

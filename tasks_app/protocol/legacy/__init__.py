@@ -1,7 +1,7 @@
 """Older A2A dialects (0.3 and the 0.1 draft) on the JSON-RPC endpoint.
 
 A legacy request is recognised by its method name (old names contain '/'),
-whatever 0.x or 1.x its A2A-Version header names (another version is -32009,
+with no A2A-Version header or a 0.x one (any other version, 1.x too, is -32009:
 http.check_version_legacy). Which dialect answers:
 
 - `message/*`, `tasks/pushNotificationConfig/*`, `agent/getAuthenticatedExtendedCard`: 0.3.

@@ -5,7 +5,8 @@ to URLs a tenant typed in. Each resolves the host here just before the
 request and connects to the address that was checked, so a name that
 resolves to an internal address (or starts to, later) is never called. A
 URL stored for later (a push config) is only checked for what it says
-(url_syntax_check): its name may not resolve yet. A lookup has the caller's
+(url_syntax_check): its name may not resolve yet, unless it is localhost or
+a name under it, which are loopback by definition. A lookup has the caller's
 deadline: a DNS server that never answers is a refused URL, not a held thread.
 """
 
@@ -23,6 +24,7 @@ import httpx
 from publicsuffixlist import PublicSuffixList
 
 SHARED_NETWORK = ipaddress.ip_network("100.64.0.0/10")
+LOOPBACK = ipaddress.ip_address("127.0.0.1")
 # Cloud metadata and credential endpoints: refused even when private networks are allowed.
 # An IPv6 address carrying one of the IPv4 ones (::ffff:, 6to4) is judged as it (_address_problem).
 METADATA_ADDRESSES = frozenset(
@@ -132,12 +134,24 @@ class Screen:
     purpose: str = "push notifications are"
     setting: str = "PUSH_ALLOW_PRIVATE_NETWORKS"
 
-    def refusal(self, host: str, address: str, problem: str) -> UrlRefused:
+    def refusal(self, host: str, address: str | None, problem: str) -> UrlRefused:
+        """`address` None: a name that is loopback by definition (_is_loopback_name)."""
         fixable = problem in PRIVATE_PROBLEMS
+        resolves = (
+            f"resolves to {address}, {problem}"
+            if address
+            else f"resolves to {problem} (localhost and every name under it do, RFC 6761)"
+        )
         return UrlRefused(
-            f"the host '{host}' resolves to {address}, {problem}; {self.purpose} only sent to "
+            f"the host '{host}' {resolves}; {self.purpose} only sent to "
             f"public addresses" + (f" unless {self.setting}=true is set" if fixable else "")
         )
+
+
+def _is_loopback_name(host: str) -> bool:
+    """localhost and the names under it (RFC 6761 §6.3), which name loopback whatever DNS says."""
+    name = host.lower().rstrip(".")
+    return name == "localhost" or name.endswith(".localhost")
 
 
 def _ipv4_spelling(host: str) -> ipaddress.IPv4Address | None:
@@ -169,9 +183,15 @@ def _parsed(url: str, screen: Screen) -> httpx.URL:
         literal = ipaddress.ip_address(parsed.host.split("%")[0])
     except ValueError:
         literal = _ipv4_spelling(parsed.host)
-        if literal is None:
-            return parsed  # a name: resolved and screened when it is called
-        address = str(literal)
+        address = str(literal) if literal else address
+    if literal is None:
+        # localhost is refused now, as 127.0.0.1 is: stored for later, it would be refused at every call.
+        problem = _is_loopback_name(parsed.host) and _address_problem(
+            LOOPBACK, screen.allow_private, screen.allow_loopback
+        )
+        if problem:
+            raise screen.refusal(parsed.host, None, problem)
+        return parsed  # any other name: resolved and screened when it is called
     problem = _address_problem(literal, screen.allow_private, screen.allow_loopback)
     if problem:
         raise screen.refusal(parsed.host, address, problem)

@@ -249,3 +249,30 @@ def test_a_literal_address_in_another_ipv4_spelling_is_screened_too(url):
     with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
         with pytest.raises(InvalidParamsError, match="127.0.0.1, a loopback address"):
             push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost/hook",
+        "http://LocalHost.:8080/hook",
+        "https://hooks.localhost/a2a",
+        "http://a.b.localhost/",
+    ],
+)
+def test_localhost_and_names_under_it_are_screened_at_creation_as_loopback(url):
+    # Loopback by definition (RFC 6761): accepted as names, stored, and then refused
+    # at every delivery. Refused now as 127.0.0.1 is, naming the setting that allows them.
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
+        with pytest.raises(InvalidParamsError, match="a loopback address") as refused:
+            push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))
+        assert "unless PUSH_ALLOW_PRIVATE_NETWORKS=true is set" in str(refused.value)
+        # Names that only look like it are names, resolved (and screened) when called.
+        for name in (
+            "http://localhost.example.com/hook",
+            "http://notlocalhost/hook",
+            "http://localhost-1.test/",
+        ):
+            assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=name)).url == name
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
+        assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url)).url == url

@@ -82,6 +82,9 @@ async def find_agent(tenant_slug: str, agent_slug: str) -> Agent | None:
 
 # The methods an Idempotency-Key applies to.
 SEND_METHODS = frozenset({"SendMessage", "SendStreamingMessage"})
+# The methods a Last-Event-ID resumes (they answer a stream). Any other ignores the header, as
+# HTTP ignores a header that means nothing to it: a client whose shared headers carry one still gets its task.
+STREAMING_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 # An sf-string (RFC 8941) as the httpapi draft sends it, or the bare token many clients send.
 IDEMPOTENCY_KEY_RE = re.compile(r'"([\x20-\x21\x23-\x5b\x5d-\x7e]{1,255})"|([\x21\x23-\x7e]{1,255})')
 
@@ -119,13 +122,13 @@ async def call_for(request, agent: Agent, method: str) -> Call:
     key = idempotency_key(request) if method in SEND_METHODS else ""
     # REMOTE_ADDR: the peer, or behind trusted proxies the caller they name (a2a_platform/forwarded.py).
     await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""), idempotency_key=key)
-    return _call(request, caller, key)
+    return _call(request, caller, key, method)
 
 
-def _call(request, caller: Caller, key: str) -> Call:
+def _call(request, caller: Caller, key: str, method: str) -> Call:
     return Call(
         caller=caller,
-        last_event_id=last_event_id(request),
+        last_event_id=last_event_id(request) if method in STREAMING_METHODS else None,
         base_url=public_base_url(request),
         idempotency_key=key,
     )
@@ -200,7 +203,7 @@ class PendingCall(Pending):
             raise CallerRefused(agent, exc) from None
         key = idempotency_key(request) if method in SEND_METHODS else ""
         quota_check(caller, method, request.META.get("REMOTE_ADDR", ""), idempotency_key=key)
-        return _call(request, caller, key)
+        return _call(request, caller, key, method)
 
 
 def refusal(exc: Exception, agent: Agent) -> tuple[int, A2AError, dict[str, str]]:

@@ -135,6 +135,39 @@ def test_a_malformed_last_event_id_is_invalid_params(server, rpc, binding, last_
     _assert_invalid_params(response, binding, "Last-Event-ID")
 
 
+@pytest.mark.parametrize("last_event_id", ["abc", "-1", "50"])
+def test_methods_that_answer_no_stream_ignore_last_event_id(server, rpc, last_event_id):
+    # The header means something to a stream only; a client whose shared headers carry
+    # one (an SDK client's httpx client) got -32602 / 400 on GetTask and the rest.
+    task = rpc("SendMessage", user_message("done", f"edge-{uuid.uuid4()}"))["result"]["task"]
+    headers = {**HEADERS, "Last-Event-ID": last_event_id}
+    url = server.agent_url("echo")
+    for method, params in (
+        ("GetTask", {"id": task["id"]}),
+        ("ListTasks", {"contextId": task["contextId"]}),
+        ("CancelTask", {"id": task["id"]}),  # completed: -32002, not the header's -32602
+        ("ListTaskPushNotificationConfigs", {"taskId": task["id"]}),
+        ("SendMessage", user_message("again", f"edge-{uuid.uuid4()}")),
+    ):
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        answer = httpx.post(url, json=body, headers=headers, timeout=30).json()
+        if method == "CancelTask":
+            assert answer["error"]["code"] == -32002, answer
+        else:
+            assert "result" in answer, (method, answer)
+    for path in (f"tasks/{task['id']}", "tasks", f"tasks/{task['id']}/pushNotificationConfigs"):
+        answer = httpx.get(f"{url}rest/{path}", headers=headers, timeout=30)
+        assert answer.status_code == 200, (path, answer.text[:300])
+    sent = httpx.post(
+        f"{url}rest/message:send", json=user_message("rest", f"edge-{uuid.uuid4()}"), headers=headers
+    )
+    assert sent.status_code == 200, sent.text[:300]
+    # The 0.3 dialect (no A2A-Version) too.
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task["id"]}}
+    answer = httpx.post(url, json=body, headers={"Last-Event-ID": last_event_id}, timeout=30).json()
+    assert answer["result"]["id"] == task["id"], answer
+
+
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 def test_reconnecting_after_the_final_event_closes_the_stream_at_once(server, binding):
     body = {

@@ -193,7 +193,7 @@ async def db(fn, /, *args, **kwargs):
     loop = asyncio.get_running_loop()
     if engine.drives(loop):
         return await engine.call_here(_call, fn, args, kwargs)
-    return await _on_pool(loop, fn, args, kwargs)
+    return await db_apart(fn, *args, **kwargs)
 
 
 async def db_apart(fn, /, *args, **kwargs):
@@ -204,12 +204,9 @@ async def db_apart(fn, /, *args, **kwargs):
     new one takes up to DB_POOL_TIMEOUT), which its watcher must be able to
     give up on time (tasks_app/turns/run.py).
     """
-    return await _on_pool(asyncio.get_running_loop(), fn, args, kwargs)
-
-
-def _on_pool(loop: asyncio.AbstractEventLoop, fn, args, kwargs) -> asyncio.Future:
+    loop = asyncio.get_running_loop()
     # In the caller's context: its log lines carry the caller's request or task id.
     context = contextvars.copy_context()
     future = loop.create_future()
     _db_threads().submit(loop, future, lambda: context.run(_call, fn, args, kwargs))
-    return future
+    return await future

@@ -163,11 +163,6 @@ def _call(fn, args, kwargs):
         _last_used.at = time.monotonic()
 
 
-def holds_connection() -> bool:
-    """Whether this thread holds a database connection (dropped after the database could not be reached)."""
-    return connections["default"].connection is not None
-
-
 def connection_dropped_if_broken() -> None:
     """After a worker job: close the thread's connection if the job left it broken; keep it otherwise.
 
@@ -193,18 +188,6 @@ async def db(fn, /, *args, **kwargs):
     loop = asyncio.get_running_loop()
     if engine.drives(loop):
         return await engine.call_here(_call, fn, args, kwargs)
-    return await db_apart(fn, *args, **kwargs)
-
-
-async def db_apart(fn, /, *args, **kwargs):
-    """db(), but always on a thread of the pool: a turn's loop goes on while the call waits.
-
-    For a call that must not hold its turn up: the renewal of a turn's lease
-    when the turn's thread has no connection (it lost it in an outage, and a
-    new one takes up to DB_POOL_TIMEOUT), which its watcher must be able to
-    give up on time (tasks_app/turns/run.py).
-    """
-    loop = asyncio.get_running_loop()
     # In the caller's context: its log lines carry the caller's request or task id.
     context = contextvars.copy_context()
     future = loop.create_future()

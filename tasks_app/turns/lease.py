@@ -40,7 +40,6 @@ DB_RETRY_FOR = 60.0
 CANCELED = "canceled"
 LOST = "lost"
 TIMED_OUT = "timed out"
-UNRENEWED = "lease not renewed"  # the database did not answer, and the lease was about to lapse
 
 
 class TurnAborted(Exception):

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agents.registry import HandlerNotAvailable
 from tasks_app import engine, metrics
-from tasks_app.db import UNAVAILABLE_ERRORS, db, db_apart, holds_connection
+from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import Feed, cancel_group_name
 from tasks_app.turns.batches import TurnEventQueue
 from tasks_app.turns.cancel import AGENT_CANCEL_TIMEOUT, cancel_agent
@@ -18,7 +18,6 @@ from tasks_app.turns.lease import (
     CANCELED,
     LOST,
     TIMED_OUT,
-    UNRENEWED,
     Turn,
     TurnAborted,
     TurnTimedOut,
@@ -37,12 +36,6 @@ STOP_TIMEOUT = 5.0
 # Seconds a turn runs before it listens for its task's cancellation.
 LISTEN_AFTER = 0.25
 
-# A turn whose lease the database could not renew stops this long before the lease
-# lapses and the sweeper may give the turn to another worker (clock skew, the agent's stop).
-FENCE_MARGIN = settings.A2A_TURN_HEARTBEAT
-# The least time one renewal is given to answer.
-RENEW_AT_LEAST = 0.5
-
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn on this worker thread: claim it and run it on the thread's own loop."""
@@ -58,8 +51,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
     cancel_given = False
     lost = False
     try:
-        claim = Claim()
-        setup = await retrying(claim_and_prepare, task_pk, message_pk, claim)
+        setup = await retrying(claim_and_prepare, task_pk, message_pk, Claim())
         if setup is None:
             return
         turn, executor, request_context, view = setup
@@ -76,7 +68,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             turn.attempt,
         )
         execution = asyncio.ensure_future(executor.execute(request_context, queue))
-        watcher = asyncio.ensure_future(_watch(turn, lease_until=_claimed_lease(claim)))
+        watcher = asyncio.ensure_future(_watch(turn))
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if execution.done():
             watcher.cancel()
@@ -106,15 +98,6 @@ async def turn_drive(task_pk, message_pk: int) -> None:
                 lost = True
                 logger.warning(
                     "Turn %s of task %s lost its lease; left to the worker that has it", message_pk, task_pk
-                )
-            elif reason == UNRENEWED:
-                lost = True  # left to its lease: the sweeper runs it again once it lapses
-                logger.warning(
-                    "Turn %s of task %s stopped: the database did not renew its lease, which lapses in "
-                    "%.1f s; the sweeper runs the turn again then",
-                    message_pk,
-                    task_pk,
-                    FENCE_MARGIN,
                 )
             elif reason == TIMED_OUT:
                 error = TurnTimedOut(f"the turn ran longer than the agent's limit of {turn.timeout:g} s")
@@ -169,20 +152,8 @@ def _outcome(error: BaseException | None, lost: bool, canceled: bool) -> str:
     return "ok"
 
 
-def _claimed_lease(claim: Claim) -> float:
-    """When the lease the claim took ends (time.time()); the claim wrote it from its started_at."""
-    started = claim.started_at.timestamp() if claim.started_at is not None else time.time()
-    return started + settings.A2A_TURN_LEASE
-
-
-async def _watch(turn: Turn, lease_until: float) -> str:
-    """Why the turn must stop: canceled, lease lost or lapsing, or out of time. Renews the lease meanwhile.
-
-    `lease_until`: when the lease this worker last took ends (time.time(), as the
-    sweeper reads it). A lease the database could not renew is given up
-    FENCE_MARGIN seconds before it lapses (UNRENEWED): the agent stops before
-    the sweeper can run the turn again, so two attempts never run at once.
-    """
+async def _watch(turn: Turn) -> str:
+    """Return why the turn must stop: canceled, lease lost, or out of time. Renews the lease meanwhile."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + turn.timeout
     # Most turns end within moments, before a cancel could matter: only a turn
@@ -201,27 +172,14 @@ async def _watch(turn: Turn, lease_until: float) -> str:
             if message is not None and message.get("type") == "task.cancel":
                 return CANCELED
             if loop.time() >= next_renewal:
-                asked = time.time()
-                give_up_at = lease_until - FENCE_MARGIN
                 try:
-                    # Bounded: a database that does not answer must not hold the watcher past the
-                    # time to give the lease up. On the turn's thread while it holds a connection
-                    # (a dead one fails at once); without one, a pool thread waits for a new one
-                    # while this loop goes on.
-                    renewal = db(turn_renew, turn) if holds_connection() else db_apart(turn_renew, turn)
-                    status = await asyncio.wait_for(renewal, max(give_up_at - asked, RENEW_AT_LEAST))
-                except (*UNAVAILABLE_ERRORS, TimeoutError) as exc:
-                    if time.time() >= give_up_at:
-                        return UNRENEWED
+                    status = await db(turn_renew, turn)
+                except UNAVAILABLE_ERRORS as exc:
+                    # The lease may lapse meanwhile; the next batch's check tells.
                     logger.warning("Could not renew the lease of turn %s: %r", turn.message_pk, exc)
-                    # Tried again by the time the lease must be given up, at the latest.
-                    next_renewal = loop.time() + min(
-                        settings.A2A_TURN_HEARTBEAT, max(give_up_at - time.time(), 0)
-                    )
-                    continue
+                    status = None
                 if status is not None:
                     return status
-                lease_until = asked + settings.A2A_TURN_LEASE
                 next_renewal = loop.time() + settings.A2A_TURN_HEARTBEAT
     finally:
         await feed.close()

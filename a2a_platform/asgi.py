@@ -20,7 +20,7 @@ from a2a_platform.forwarded import forwarded_client  # noqa: E402
 
 # Daphne serves this application: its requests need not parse form bodies Django parses anyway.
 disable_form_parsing()
-# ...and a client closing a socket is given time to answer, so it hears why (a2a_platform/daphne_sockets.py).
+# ...and a client whose socket the server closes gets time to answer, so it hears why (daphne_sockets.py).
 wait_for_closing_clients()
 
 # Behind proxies (TRUSTED_PROXY_COUNT), the caller's address from their X-Forwarded-For, for every route.

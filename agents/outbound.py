@@ -186,11 +186,10 @@ def _parsed(url: str, screen: Screen) -> httpx.URL:
         address = str(literal) if literal else address
     if literal is None:
         # localhost is refused now, as 127.0.0.1 is: stored for later, it would be refused at every call.
-        problem = _is_loopback_name(parsed.host) and _address_problem(
-            LOOPBACK, screen.allow_private, screen.allow_loopback
-        )
-        if problem:
-            raise screen.refusal(parsed.host, None, problem)
+        if _is_loopback_name(parsed.host):
+            problem = _address_problem(LOOPBACK, screen.allow_private, screen.allow_loopback)
+            if problem:
+                raise screen.refusal(parsed.host, None, problem)
         return parsed  # any other name: resolved and screened when it is called
     problem = _address_problem(literal, screen.allow_private, screen.allow_loopback)
     if problem:

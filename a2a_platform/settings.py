@@ -348,6 +348,9 @@ METRICS_TOKEN = env_secret("METRICS_TOKEN")
 # from the right (a2a_platform/forwarded.py), read only from connections of TRUSTED_PROXIES
 # (addresses or networks, comma-separated).
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+# The same for the gRPC binding's `x-forwarded-for` metadata, from the same TRUSTED_PROXIES. A
+# count of its own: gRPC is often reached directly where HTTP has a proxy in front.
+GRPC_TRUSTED_PROXY_COUNT = env_int("GRPC_TRUSTED_PROXY_COUNT", 0)
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", "127.0.0.0/8,::1")
 try:
     for _proxy in TRUSTED_PROXIES:

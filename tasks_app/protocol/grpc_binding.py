@@ -38,6 +38,7 @@ from tasks_app.protocol.errors import StoreUnavailable, grpc_status
 from tasks_app.protocol.http import CALLER_REFUSED, SEND_METHODS, check_version_value_1, idempotency_key_value
 from tasks_app.protocol.validation import check_request, check_required_fields
 from tasks_app.quotas import quota_check
+from tenants.forwarded import entries, trusted_proxies
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
     def __init__(self, base_url: str):
         self.base_url = base_url
+        # Behind a proxy: the caller is who its `x-forwarded-for` names (tenants/forwarded.py).
+        self.proxies = trusted_proxies(settings.GRPC_TRUSTED_PROXY_COUNT)
 
     async def _call(self, method: str, request, context):
         """The preamble: the checked request, then the Call (agent, version, caller, quotas).
@@ -165,7 +168,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             method=method,
             version=metadata.get("a2a-version", "").strip(),
             authorization=metadata.get("authorization", ""),
-            peer=_peer_address(context),
+            peer=self._caller_address(context),
             idempotency_key=key,
             base_url=self.base_url,
         )
@@ -175,6 +178,18 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         if getattr(operation, "takes_pending_call", False):
             return pending
         return await db(pending.resolve)
+
+    def _caller_address(self, context) -> str:
+        """The peer's address; behind trusted proxies, the caller their `x-forwarded-for` names."""
+        peer = _peer_address(context)
+        if self.proxies is None:
+            return peer
+        forwarded = [
+            value
+            for key, value in (context.invocation_metadata() or ())
+            if key.lower() == "x-forwarded-for" and isinstance(value, str)
+        ]
+        return self.proxies.caller(peer, entries(forwarded))
 
     async def _unary(self, method: str, request, context):
         started = time.perf_counter()

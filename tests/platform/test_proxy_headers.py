@@ -10,8 +10,16 @@ loopback callers only (no METRICS_TOKEN here), and anonymous callers of a public
 agent have a rate each, by address.
 """
 
+import contextlib
+import socket
+import threading
+import uuid
+
+import grpc
 import httpx
 import pytest
+from a2a.types import a2a_pb2 as pb
+from a2a.types import a2a_pb2_grpc
 
 from a2a_platform.forwarded import ForwardedClient, forwarded_client
 from tests.api.tenancy import new_message
@@ -230,3 +238,96 @@ async def test_by_default_no_header_is_trusted_and_then_loopback_is_the_proxy(se
     assert seen["client"][0] == "198.51.100.9"
     seen = await scope_seen(forwarded_client, "192.168.1.1", [("X-Forwarded-For", "127.0.0.1")])
     assert seen["client"][0] == "192.168.1.1"
+
+
+# --- The gRPC binding behind a proxy -------------------------------------------------
+
+
+class TcpProxy:
+    """A TCP forwarder on loopback whose connections to `target` come from `source`: the proxy's address."""
+
+    def __init__(self, target: str, source: str):
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.source = source
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket()
+            upstream.bind((self.source, 0))
+            upstream.connect(self.target)
+            for reader, writer in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(reader, writer), daemon=True).start()
+
+    @staticmethod
+    def _pump(reader: socket.socket, writer: socket.socket) -> None:
+        try:
+            while data := reader.recv(65536):
+                writer.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (reader, writer):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+
+
+@pytest.fixture(scope="module")
+def proxied_grpc(db_settings, log_dir, server):
+    """The gRPC binding trusting one proxy, at PROXY (and a web process beside it, as it is deployed)."""
+    env = {"TRUSTED_PROXIES": PROXY, "GRPC_TRUSTED_PROXY_COUNT": "1"}
+    platform = start_web(db_settings, log_dir, name="web-proxied-grpc", grpc=True, extra_env=env)
+    proxy = TcpProxy(platform.grpc_target, PROXY)
+    yield platform, proxy
+    proxy.close()
+    platform.stop()
+
+
+def grpc_send(target: str, tenant, forwarded_for: list[str]) -> grpc.StatusCode:
+    """One anonymous SendMessage to the tenant's open agent over `target`; the status it got."""
+    message = pb.Message(role=pb.Role.ROLE_USER, message_id=f"msg-{uuid.uuid4()}", parts=[pb.Part(text="hi")])
+    request = pb.SendMessageRequest(
+        message=message,
+        tenant=f"{tenant.slug}/open",
+        configuration=pb.SendMessageConfiguration(return_immediately=True),
+    )
+    metadata = [("a2a-version", "1.0"), *(("x-forwarded-for", value) for value in forwarded_for)]
+    with grpc.insecure_channel(target) as channel:
+        try:
+            a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, metadata=metadata, timeout=30)
+        except grpc.RpcError as error:
+            return error.code()
+    return grpc.StatusCode.OK
+
+
+def test_grpc_callers_behind_the_proxy_have_a_rate_each_and_cannot_name_their_own(proxied_grpc, stored):
+    _, proxy = proxied_grpc
+    tenant = make_tenant(rate_limit_per_minute=2)
+    fresh_minute()
+    # What a client sends goes left of what the proxy appends: the proxy's entry counts.
+    for pretended in ("198.51.100.1", "198.51.100.2"):
+        assert grpc_send(proxy.address, tenant, [f"{pretended}, {CLIENT}"]) == grpc.StatusCode.OK
+    assert grpc_send(proxy.address, tenant, [f"198.51.100.3, {CLIENT}"]) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # Another caller behind the same proxy has a minute of its own; before this, all of them shared one.
+    assert grpc_send(proxy.address, tenant, ["203.0.113.8"]) == grpc.StatusCode.OK
+
+
+def test_a_grpc_caller_reaching_the_binding_directly_cannot_take_a_fresh_rate(proxied_grpc, stored):
+    platform, _ = proxied_grpc
+    tenant = make_tenant(rate_limit_per_minute=2)
+    fresh_minute()
+    for pretended in ("198.51.100.1", "198.51.100.2"):
+        assert grpc_send(platform.grpc_target, tenant, [pretended]) == grpc.StatusCode.OK
+    assert grpc_send(platform.grpc_target, tenant, ["198.51.100.3"]) == grpc.StatusCode.RESOURCE_EXHAUSTED

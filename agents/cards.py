@@ -16,9 +16,9 @@ OAUTH_SCHEME = "oauth2"
 OAUTH_INTERACTIVE_SCHEME = "oauth2-interactive"
 # Skills marked this way in Agent.skills appear only on the extended card.
 EXTENDED_ONLY = "extendedOnly"
-# Safe retries of SendMessage (tasks_app/services.py message_send), declared as an extension.
 # An A2A version as the spec writes one: Major.Minor ("1" and a patch taken too).
 VERSION_RE = re.compile(r"([0-9]{1,9})(?:\.[0-9]{1,9}){0,2}")
+# Safe retries of SendMessage (tasks_app/services.py message_send), declared as an extension.
 IDEMPOTENCY_EXTENSION_URI = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/"
 
 

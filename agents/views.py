@@ -1,5 +1,5 @@
 from asgiref.sync import sync_to_async
-from django.http import JsonResponse
+from django.http import HttpResponsePermanentRedirect, JsonResponse
 from django.utils.cache import get_conditional_response
 from django.views.decorators.csrf import csrf_exempt
 
@@ -71,6 +71,18 @@ def _catalog(request, tenant: str, version: str):
 async def not_found(request):
     """Any other URL under /a2a/: a JSON 404 on every method, whoever's tenant or agent it names."""
     return JsonResponse({"error": "Nothing at this URL"}, status=404)
+
+
+@csrf_exempt
+async def tenant_without_slash(request, tenant: str):
+    """`/a2a/<tenant>`: a browser's GET goes on to the catalog; any other method is the JSON 404.
+
+    A redirect would have a client resend its POST as a GET without the body, and
+    Django's own 404 for it is an HTML page.
+    """
+    if request.method not in ("GET", "HEAD"):
+        return await not_found(request)
+    return HttpResponsePermanentRedirect(request.get_full_path(force_append_slash=True))
 
 
 @csrf_exempt

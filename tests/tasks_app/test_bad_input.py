@@ -479,6 +479,22 @@ def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(serve
     assert stored_counts() == before
 
 
+def test_the_tenants_url_without_its_slash_redirects_a_get_and_answers_anything_else_in_json(server, stored):
+    # Django's own 404 for a POST here was an HTML page; a browser's GET still finds the catalog.
+    url = f"{server.base_url}/a2a/demo"
+    for verb in ("POST", "PUT", "DELETE"):
+        response = httpx.request(verb, url, content="{}", headers={**V1, **JSON}, timeout=30)
+        assert response.status_code == 404, (verb, response.text[:300])
+        assert response.json() == {"error": "Nothing at this URL"}, verb
+    response = httpx.get(url + "?x=1", headers=V1, timeout=30)
+    assert response.status_code == 301
+    assert response.headers["location"].endswith("/a2a/demo/?x=1")
+    catalog = httpx.get(url, headers=V1, timeout=30, follow_redirects=True)
+    assert catalog.status_code == 200
+    assert str(catalog.url).endswith("/a2a/demo/")
+    assert any("/a2a/demo/echo/" in json.dumps(card) for card in catalog.json()["agents"])
+
+
 def test_the_agents_json_rpc_url_without_its_trailing_slash_is_served_as_with_it(server, stored):
     # A client that trims the card's URL: its POST is the call, not a redirect that drops the body.
     message_id = unique("no-slash")

@@ -23,6 +23,7 @@ from a2a.utils.grpc_status import status_from_call
 from google.rpc import error_details_pb2
 
 from tests.api import tenancy
+from tests.tasks_app.legacy_helpers import stored_counts, unique
 
 trio = tenancy.trio
 STATE = pb.TaskState
@@ -268,6 +269,35 @@ async def test_bad_requests_get_their_status_codes(server):
 
     page = await rpc_error(server, "ListTasks", pb.ListTasksRequest(tenant="demo/echo", page_size=500))
     assert page.code() == grpc.StatusCode.INVALID_ARGUMENT and "pageSize" in page.details()
+
+
+@pytest.mark.parametrize(
+    ("tenant", "code"),
+    [
+        ("de mo/echo", grpc.StatusCode.NOT_FOUND),
+        ("demo/ech.o", grpc.StatusCode.NOT_FOUND),
+        ("demo/echo/extra", grpc.StatusCode.NOT_FOUND),
+        ("demo/\x00echo", grpc.StatusCode.INVALID_ARGUMENT),
+        ("demo/" + "e" * 10_000, grpc.StatusCode.NOT_FOUND),
+        ("../demo/echo", grpc.StatusCode.NOT_FOUND),
+        ("/echo", grpc.StatusCode.INVALID_ARGUMENT),
+        ("demo/", grpc.StatusCode.INVALID_ARGUMENT),
+    ],
+)
+async def test_a_malformed_tenant_field_is_no_agent_or_invalid_never_an_internal_error(server, tenant, code):
+    message = pb.Message(message_id=unique("bad-tenant"), role=pb.Role.ROLE_USER, parts=[pb.Part(text="hi")])
+    before = await asyncio.to_thread(stored_counts)
+    for method, request in (
+        ("SendMessage", pb.SendMessageRequest(message=message, tenant=tenant)),
+        ("GetTask", pb.GetTaskRequest(id=str(uuid.uuid4()), tenant=tenant)),
+        ("ListTasks", pb.ListTasksRequest(tenant=tenant)),
+    ):
+        error = await rpc_error(server, method, request)
+        assert error.code() == code, (method, error.code(), error.details()[:200])
+        if code == grpc.StatusCode.NOT_FOUND:
+            assert error_info(error).reason == "METHOD_NOT_FOUND", method
+            assert len(error.details()) <= 1024, method
+    assert await asyncio.to_thread(stored_counts) == before
 
 
 @pytest.mark.parametrize("method", ["GetTask", "SendStreamingMessage"])

@@ -18,7 +18,8 @@ The price: while a database call runs, the rest of its turn (the watcher of
 its lease, time limit and cancel, the agent's own I/O) waits too, where the
 pool let them go on. A turn's calls are short transactions; one that waits
 on the database (an outage: DB_POOL_TIMEOUT for a connection) delays the
-turn's watcher by as much, and the turn is stopped right after.
+turn's watcher by as much; after_each_call lets the turn's lease fence look
+at the clock before anything else on the loop goes on.
 
 Agent code must not block either loop (the a2a-sdk contract: execute() is a
 coroutine that awaits, as it is under the SDK's own server). A turn whose
@@ -32,6 +33,7 @@ import functools
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 
 logger = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class _Driven:
         self.fired: set[asyncio.Task] = set()
         self.main: asyncio.Task | None = None
         self.grace: asyncio.TimerHandle | None = None
+        self.after_calls: Callable[[], None] | None = None
 
     def settled(self) -> bool:
         return self.main is not None and self.main.done() and not self.fired
@@ -102,16 +105,20 @@ class _Driven:
         for task in list(self.fired):
             task.cancel()
 
-    def serve_calls(self) -> None:
+    def serve_calls(self) -> bool:
+        """Run the calls queued; whether any ran."""
+        served = False
         while self.calls:
             context, fn, args, future = self.calls.popleft()
             if future.cancelled():
                 continue  # its caller gave up before it ran (as run_in_executor drops it)
+            served = True
             # The loop is stopped while fn runs: nothing can cancel the future meanwhile.
             try:
                 future.set_result(context.run(fn, *args))
             except Exception as exc:
                 future.set_exception(exc)
+        return served
 
 
 _here = threading.local()
@@ -138,12 +145,14 @@ def run_here(coro):
         while True:
             # Returns when a call is queued (call_here stops it) or all is done.
             driven.loop.run_forever()
-            driven.serve_calls()
+            if driven.serve_calls() and driven.after_calls is not None:
+                driven.after_calls()
             if driven.settled():
                 ended = True
                 return driven.main.result()
     finally:
         driven.main = None
+        driven.after_calls = None
         if driven.grace is not None:
             driven.grace.cancel()
             driven.grace = None
@@ -180,6 +189,22 @@ async def call_here(fn, *args):
     driven.calls.append((contextvars.copy_context(), fn, args, future))
     driven.loop.stop()
     return await future
+
+
+def after_each_call(check: Callable[[], None]) -> bool:
+    """From the coroutine run_here runs: check() runs after its thread's calls, until the coroutine ends.
+
+    It runs with the loop paused, after each round of call_here calls and
+    before any coroutine takes its next step: a call that held the thread for
+    long (a database that does not answer) is followed by it before anything
+    that waited could go on. It must not raise. False (nothing registered)
+    where no run_here drives the caller's loop.
+    """
+    driven = _driving()
+    if driven is None or driven.loop is not asyncio.get_running_loop():
+        return False
+    driven.after_calls = check
+    return True
 
 
 def fire_here(coro) -> bool:

@@ -110,3 +110,40 @@ class OpenGatedReplyExecutor(GatedReplyExecutor):
     which makes the exchange a message exchange (the resent-stream tests)."""
 
     answers_with_task = False
+
+
+class TickerExecutor(AgentExecutor):
+    """Works outside the platform as it runs: a line in the file $A2A_TEST_TICKS every 0.1 s.
+
+    Each line names the task, this execution (a new id each time execute() runs)
+    and the wall-clock time. Every fifth tick it reports a WORKING status, so the
+    turn writes to the database as it goes; it completes after `seconds` (config).
+    The lease fence's fault test reads the lines: two executions of one turn must
+    never tick at the same time.
+    """
+
+    def __init__(self, config: dict | None = None):
+        self.seconds = float((config or {}).get("seconds", 5))
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+        import os
+        import time
+        import uuid
+
+        task = context.current_task
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        execution = uuid.uuid4().hex
+        ends = time.monotonic() + self.seconds
+        tick = 0
+        while time.monotonic() < ends:
+            with open(os.environ["A2A_TEST_TICKS"], "a") as ticks:
+                ticks.write(f"{task.id} {execution} {time.time():.3f}\n")
+            if tick % 5 == 0:
+                await updater.update_status(TaskState.TASK_STATE_WORKING)
+            tick += 1
+            await asyncio.sleep(0.1)
+        await updater.update_status(TaskState.TASK_STATE_COMPLETED)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None

@@ -29,7 +29,7 @@ TEST_HANDLERS = (
     "crash=tests.handlers.CrashingExecutor,silent=tests.handlers.SilentExecutor,"
     "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor,"
     "replier=tests.handlers.MessageReplyExecutor,gated=tests.handlers.GatedReplyExecutor,"
-    "gated-open=tests.handlers.OpenGatedReplyExecutor"
+    "gated-open=tests.handlers.OpenGatedReplyExecutor,ticker=tests.handlers.TickerExecutor"
 )
 # A queue of this test session's own: a stray worker elsewhere never takes its turns.
 TEST_QUEUE = f"a2a-test-{os.getpid()}"

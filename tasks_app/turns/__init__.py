@@ -18,9 +18,11 @@ elsewhere) writes nothing more.
 
 While the agent runs, a watcher renews the lease every A2A_TURN_HEARTBEAT
 seconds, listens for the task's cancellation, and stops the turn at the
-agent's time limit. A stopped agent gets STOP_TIMEOUT seconds to let go of
-its cancellation; one that swallows it is abandoned on its thread's loop,
-and the worker thread is free again.
+agent's time limit. A turn whose lease was not renewed in time (the database
+is out of reach) has its agent stopped before the lease lapses (run.Fence),
+so no two executions of one turn ever work at the same time. A stopped agent
+gets STOP_TIMEOUT seconds to let go of its cancellation; one that swallows it
+is abandoned on its thread's loop, and the worker thread is free again.
 
 A turn run again (attempt 2 or later, after its worker was lost) first undoes
 what the lost attempt wrote to the task (its agent messages, artifact changes

@@ -26,7 +26,7 @@ from tasks_app.protocol.convert import (
     status_update_dict,
 )
 from tasks_app.push import push_deliveries_queue
-from tasks_app.turns.lease import Turn, TurnAborted, lock_task, owned_turn_statement, retrying
+from tasks_app.turns.lease import Turn, TurnAborted, lease_end, lock_task, owned_turn_statement, retrying
 from tasks_app.turns.view import TaskView
 from tenants import sql
 
@@ -174,13 +174,14 @@ def events_store(
         # The batch renews the turn's lease too (a turn that stores events is alive),
         # and closes the turn when it settles the task: in the statement of its rows.
         # A batch that changes the task's metadata notes there what it was, if the turn has not yet.
-        owned = owned_turn_statement(
-            turn, done=task.state in SETTLED_STATES, metadata_base=writer.metadata_base
-        )
+        now, done = timezone.now(), task.state in SETTLED_STATES
+        owned = owned_turn_statement(turn, now, done=done, metadata_base=writer.metadata_base)
         if not writer.commit(owned=owned):
             # Another attempt holds the turn: this one writes nothing (all of it undone).
             transaction.set_rollback(True)
             return None
+    if not done:
+        turn.lease.held_until(lease_end(now))
     if view is not None and writer.view_after is not None:
         # Only once committed: a batch tried again after a failed commit must not count twice.
         view.messages, view.artifacts = writer.view_after.messages, writer.view_after.artifacts

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -42,8 +42,39 @@ LOST = "lost"
 TIMED_OUT = "timed out"
 
 
+LAPSING = "lease lapsing"
+
+# A turn that could not renew its lease stops its agent this share of the lease
+# before the lease lapses (the margin for the clocks of two machines, and for
+# the loop to get to the stop).
+FENCE_BEFORE = 0.2
+
+
 class TurnAborted(Exception):
     """The task ended (canceled, say), or this worker lost the turn, while the agent still emitted events."""
+
+
+class LeaseClock:
+    """Until when this worker surely holds a turn's lease, on its monotonic clock.
+
+    Moved on by every write that renewed the lease (the claim, the watcher's
+    renewals, each batch of events), by the lease_until that write stored. The
+    sweeper gives the turn to another worker once that time has passed on its
+    own clock; run.py stops the agent FENCE_BEFORE of the lease ahead of it.
+    """
+
+    def __init__(self):
+        self.until = 0.0
+
+    def held_until(self, lease_until: datetime | None) -> None:
+        """A write that stored `lease_until` for this turn has committed."""
+        if lease_until is not None:
+            left = (lease_until - timezone.now()).total_seconds()
+            self.until = max(self.until, time.monotonic() + left)
+
+    def fence_at(self) -> float:
+        """When the agent must be stopped, unless the lease is renewed before (time.monotonic())."""
+        return self.until - FENCE_BEFORE * settings.A2A_TURN_LEASE
 
 
 @dataclass(frozen=True)
@@ -54,6 +85,12 @@ class Turn:
     timeout: float
     # The agent's handler name, for the turn metrics.
     handler: str = ""
+    lease: LeaseClock = field(default_factory=LeaseClock, compare=False, repr=False)
+
+
+def lease_end(now: datetime) -> datetime:
+    """The lease_until of a lease taken or renewed at `now`."""
+    return now + timedelta(seconds=settings.A2A_TURN_LEASE)
 
 
 class TurnTimedOut(Exception):
@@ -73,7 +110,7 @@ def claim_params(task_pk, message_pk: int, now: datetime | None = None) -> list:
     return [
         Message.Turn.RUNNING,
         sql.prep(Message, "turn_started_at", now),
-        sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE)),
+        sql.prep(Message, "lease_until", lease_end(now)),
         message_pk,
         sql.prep(Message, "task", task_pk),
         Message.Turn.PENDING,
@@ -102,9 +139,10 @@ async def retrying(fn, *args, **kwargs):
 
 def turn_renew(turn: Turn) -> str | None:
     """Extend the turn's lease. LOST if another attempt holds it, CANCELED if its task ended; else None."""
-    renewed = owned_turn(turn).update(lease_until=timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE))
-    if not renewed:
+    lease_until = lease_end(timezone.now())
+    if not owned_turn(turn).update(lease_until=lease_until):
         return LOST
+    turn.lease.held_until(lease_until)
     state = task_state(turn.task_pk)
     if state is None or state in TERMINAL_STATES:
         return CANCELED
@@ -141,16 +179,17 @@ def closed_turn_fields(at: datetime) -> dict:
     }
 
 
-def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None = None) -> tuple[str, list]:
+def owned_turn_statement(
+    turn: Turn, now: datetime, *, done: bool, metadata_base: dict | None = None
+) -> tuple[str, list]:
     """The UPDATE that renews the lease of a batch's turn, or closes it (done).
 
     It changes no row if another attempt holds the turn. Run with the batch's
     INSERTs (BatchWriter.commit). `metadata_base`: the task's metadata before
     the batch changed it, kept as the turn's turn_metadata_base unless an
     earlier batch of the turn noted one (setup._restart goes back to it); a
-    closed turn keeps none.
+    closed turn keeps none. A renewal's lease_until is lease_end(now).
     """
-    now = timezone.now()
     if done:
         # closed_turn_fields, as SQL: this runs with every batch, and is written by hand.
         changes = (
@@ -160,7 +199,7 @@ def owned_turn_statement(turn: Turn, *, done: bool, metadata_base: dict | None =
         values = [Message.Turn.DONE, sql.prep(Message, "turn_finished_at", now)]
     else:
         changes = "lease_until = %s"
-        values = [sql.prep(Message, "lease_until", now + timedelta(seconds=settings.A2A_TURN_LEASE))]
+        values = [sql.prep(Message, "lease_until", lease_end(now))]
     if not done and metadata_base is not None:
         changes += ", turn_metadata_base = COALESCE(turn_metadata_base, %s)"
         values.append(sql.prep(Message, "turn_metadata_base", metadata_base))

@@ -16,6 +16,7 @@ from tasks_app.turns.cancel import AGENT_CANCEL_TIMEOUT, cancel_agent
 from tasks_app.turns.closing import turn_finish
 from tasks_app.turns.lease import (
     CANCELED,
+    LAPSING,
     LOST,
     TIMED_OUT,
     Turn,
@@ -68,9 +69,23 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             turn.attempt,
         )
         execution = asyncio.ensure_future(executor.execute(request_context, queue))
-        watcher = asyncio.ensure_future(_watch(turn))
+        fence = Fence(turn, execution, queue)
+        engine.after_each_call(fence.check)
+        watcher = asyncio.ensure_future(_watch(turn, fence))
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if execution.done():
+        if fence.fired:
+            watcher.cancel()
+            await asyncio.wait({execution, watcher}, timeout=STOP_TIMEOUT)
+            if not execution.done():
+                logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
+            lost = True
+            logger.warning(
+                "Turn %s of task %s could not renew its lease: its agent was stopped before the lease "
+                "lapses, and the turn runs again once the database is back",
+                message_pk,
+                task_pk,
+            )
+        elif execution.done():
             watcher.cancel()
             await asyncio.wait({watcher}, timeout=STOP_TIMEOUT)
             error = execution.exception()
@@ -152,8 +167,40 @@ def _outcome(error: BaseException | None, lost: bool, canceled: bool) -> str:
     return "ok"
 
 
-async def _watch(turn: Turn) -> str:
-    """Return why the turn must stop: canceled, lease lost, or out of time. Renews the lease meanwhile."""
+class Fence:
+    """Stops the agent before the turn's lease could lapse, if nothing renewed it in time.
+
+    Once the lease has lapsed, the sweeper gives the turn to another worker; the
+    lease checks in every write keep this one's events out of the task, but
+    not what its agent does elsewhere (a call to another service). So an agent
+    whose lease was not renewed by LeaseClock.fence_at() (the database is down,
+    or out of this worker's reach) is stopped first: cancelled, its pending
+    events dropped, the turn left to run again.
+
+    check() runs where the watcher wakes, and after each of the turn's database
+    calls (engine.after_each_call): a call that waited for an unreachable
+    database holds the thread, the agent with it, for up to DB_POOL_TIMEOUT,
+    and the agent must not take another step once the time has passed.
+    """
+
+    def __init__(self, turn: Turn, execution: asyncio.Future, queue: TurnEventQueue):
+        self.turn = turn
+        self.execution = execution
+        self.queue = queue
+        self.fired = False
+
+    def check(self) -> None:
+        if self.fired or self.execution.done() or time.monotonic() < self.turn.lease.fence_at():
+            return
+        self.fired = True
+        self.queue.close()
+        if self.queue.background is not None:
+            self.queue.background.cancel()
+        self.execution.cancel()
+
+
+async def _watch(turn: Turn, fence: Fence) -> str:
+    """Why the turn must stop: canceled, lease lost or lapsing, out of time. Renews the lease meanwhile."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + turn.timeout
     # Most turns end within moments, before a cancel could matter: only a turn
@@ -165,10 +212,15 @@ async def _watch(turn: Turn) -> str:
     await feed.join()
     try:
         while True:
+            fence.check()
+            if fence.fired:
+                return LAPSING
             now = loop.time()
             if now >= deadline:
                 return TIMED_OUT
-            message = await feed.receive(timeout=max(min(next_renewal, deadline) - now, 0.01))
+            # The loop's clock is time.monotonic(), the lease clock's.
+            wake = min(next_renewal, deadline, turn.lease.fence_at())
+            message = await feed.receive(timeout=max(wake - now, 0.01))
             if message is not None and message.get("type") == "task.cancel":
                 return CANCELED
             if loop.time() >= next_renewal:

@@ -146,6 +146,7 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
         timeout=float(task.agent.turn_timeout),
         handler=task.agent.handler,
     )
+    turn.lease.held_until(user_message.lease_until)
     if task.is_terminal:
         # Canceled between the claim and this read (on SQLite they are two statements).
         _close_on_ended_task(turn, task)

@@ -7,6 +7,7 @@ finalizers stop every process a test started and the cluster is removed.
 """
 
 import itertools
+import json
 import logging
 import os
 import re
@@ -21,8 +22,12 @@ from tests.faults.harness import Stack
 from tests.live import ROOT, PostgresCluster, RedisServer, child_env, run_checked
 
 TEMPLATE = "faults_template"
-# Agents of the faults session's own: the progress handler with a fixed duration.
-AGENTS = {"fault-progress": 3.0, "fault-short": 1.5}
+# Agents of the faults session's own: slug -> (handler, config).
+AGENTS = {
+    "fault-progress": ("progress", {"duration": 3.0}),
+    "fault-short": ("progress", {"duration": 1.5}),
+    "fault-ticker": ("ticker", {"seconds": 20}),
+}
 LOG_TAIL_LINES = 60
 LOGS_SHOWN = 6
 
@@ -78,10 +83,10 @@ def fault_cluster(faults_log_dir):
         manage = [sys.executable, "manage.py"]
         run_checked([*manage, "migrate", "--noinput", "-v", "0"], "migrate", cwd=ROOT, env=env)
         run_checked([*manage, "seed_demo"], "seed_demo", cwd=ROOT, env=env)
-        for slug, duration in AGENTS.items():
-            config = f'{{"duration": {duration}}}'
-            args = ["agent", "create", "--tenant", "demo", "--slug", slug, "--handler", "progress"]
-            run_checked([*manage, *args, "--config", config], f"agent create {slug}", cwd=ROOT, env=env)
+        for slug, (handler, config) in AGENTS.items():
+            args = ["agent", "create", "--tenant", "demo", "--slug", slug, "--handler", handler]
+            args += ["--config", json.dumps(config)]
+            run_checked([*manage, *args], f"agent create {slug}", cwd=ROOT, env=env)
         yield cluster
     finally:
         cluster.destroy()

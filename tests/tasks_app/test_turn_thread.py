@@ -61,6 +61,47 @@ def test_a_turns_database_calls_run_on_its_own_thread(stored):
     assert answers == [(thread, 1, "turn-1"), (thread, 1, "turn-1")]
 
 
+def test_a_check_after_each_call_runs_before_anything_else_on_the_loop_goes_on():
+    # The lease fence's hook (turns.run.Fence): a call that held the thread past a deadline
+    # is followed by the check, which stops the agent before it takes another step.
+    steps: list[float] = []
+    checks: list[float] = []
+
+    async def agent():
+        while True:
+            steps.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    async def turn():
+        execution = asyncio.ensure_future(agent())
+        deadline = time.monotonic() + 0.2
+
+        def check():
+            checks.append(time.monotonic())
+            if time.monotonic() > deadline and not execution.done():
+                execution.cancel()
+
+        assert engine.after_each_call(check)
+        await asyncio.sleep(0.05)
+        await engine.call_here(time.sleep, 0.5)  # holds the thread, and the agent's timer expires
+        await asyncio.wait({execution}, timeout=1)
+        return execution.cancelled()
+
+    async def next_turn():
+        await engine.call_here(time.sleep, 0.01)
+
+    # The thread's next turn, on the same loop: the check belonged to the turn that registered it.
+    cancelled, _ = on_a_worker_thread(lambda: (engine.run_here(turn()), engine.run_here(next_turn())))
+    assert cancelled
+    assert len(checks) == 1
+    assert steps and max(steps) < checks[0], "the agent took a step after the call, before the check"
+
+    async def not_driven():
+        return engine.after_each_call(lambda: None)
+
+    assert asyncio.run(not_driven()) is False
+
+
 def test_a_failed_call_raises_into_the_turn_and_the_loop_goes_on(stored):
     def fails():
         raise ValueError("no such thing")

@@ -6,7 +6,8 @@ request and connects to the address that was checked, so a name that
 resolves to an internal address (or starts to, later) is never called. A
 URL stored for later (a push config) is only checked for what it says
 (url_syntax_check): its name may not resolve yet, unless it is localhost or
-a name under it, which are loopback by definition. A lookup has the caller's
+a name under it, which are loopback by definition, or a private-use name
+(.local, .internal, home.arpa), which no public DNS answers. A lookup has the caller's
 deadline: a DNS server that never answers is a refused URL, not a held thread.
 """
 
@@ -148,6 +149,16 @@ class Screen:
         )
 
 
+# Names set aside for private networks, which public DNS never answers: mDNS's
+# .local (RFC 6762), home.arpa (RFC 8375), and .internal (ICANN, 2024).
+PRIVATE_USE_DOMAINS = ("local", "home.arpa", "internal")
+
+
+def _is_private_use_name(host: str) -> bool:
+    name = host.lower().rstrip(".")
+    return any(name == domain or name.endswith(f".{domain}") for domain in PRIVATE_USE_DOMAINS)
+
+
 def _is_loopback_name(host: str) -> bool:
     """localhost and the names under it (RFC 6761 §6.3), which name loopback whatever DNS says."""
     name = host.lower().rstrip(".")
@@ -190,6 +201,12 @@ def _parsed(url: str, screen: Screen) -> httpx.URL:
             problem = _address_problem(LOOPBACK, screen.allow_private, screen.allow_loopback)
             if problem:
                 raise screen.refusal(parsed.host, None, problem)
+        elif _is_private_use_name(parsed.host) and not screen.allow_private:
+            # Only ever a private network's: stored, it would be refused at every call.
+            raise UrlRefused(
+                f"the host '{parsed.host}' is a private-use name (.local, .internal, home.arpa); "
+                f"{screen.purpose} only sent to public addresses unless {screen.setting}=true is set"
+            )
         return parsed  # any other name: resolved and screened when it is called
     problem = _address_problem(literal, screen.allow_private, screen.allow_loopback)
     if problem:

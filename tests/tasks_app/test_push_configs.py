@@ -276,3 +276,24 @@ def test_localhost_and_names_under_it_are_screened_at_creation_as_loopback(url):
             assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=name)).url == name
     with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
         assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url)).url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://printer.local/hook",
+        "https://hooks.internal/a2a",
+        "http://nas.home.arpa:8080/",
+        "http://INTERNAL./",
+    ],
+)
+def test_private_use_names_are_refused_at_creation_unless_private_networks_are_allowed(url):
+    # No public DNS answers them: stored, they would be refused at every delivery.
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
+        with pytest.raises(InvalidParamsError, match="a private-use name") as refused:
+            push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))
+        assert "unless PUSH_ALLOW_PRIVATE_NETWORKS=true is set" in str(refused.value)
+        for name in ("http://local.example.com/hook", "http://internal-tools.example/", "http://arpa.test/"):
+            assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=name)).url == name
+    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
+        assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url)).url == url

@@ -265,9 +265,11 @@ A2A_BLOCKING_TIMEOUT = env_float("A2A_BLOCKING_TIMEOUT", 60.0)
 A2A_IDEMPOTENCY_TTL = env_float("A2A_IDEMPOTENCY_TTL", 24 * 3600.0)
 # Comment lines sent on idle SSE streams so proxies keep them open.
 A2A_SSE_HEARTBEAT = env_float("A2A_SSE_HEARTBEAT", 15.0)
-# A running turn holds a lease it renews every A2A_TURN_HEARTBEAT seconds; a
-# lease not renewed for A2A_TURN_LEASE seconds means its worker is gone, and
-# the sweeper runs the turn again, up to A2A_TURN_MAX_ATTEMPTS times in all.
+# A running turn holds a lease it renews every A2A_TURN_HEARTBEAT seconds (and
+# always before four fifths of it have gone); a lease not renewed for
+# A2A_TURN_LEASE seconds means its worker is gone, and the sweeper runs the turn
+# again, up to A2A_TURN_MAX_ATTEMPTS times in all. A worker that could not renew
+# it stops its agent a fifth of the lease before it lapses (tasks_app.turns.run.Fence).
 A2A_TURN_LEASE = env_float("A2A_TURN_LEASE", 10.0)
 A2A_TURN_HEARTBEAT = env_float("A2A_TURN_HEARTBEAT", 2.0)
 A2A_TURN_MAX_ATTEMPTS = env_int("A2A_TURN_MAX_ATTEMPTS", 3)

@@ -146,7 +146,10 @@ def run_here(coro):
             # Returns when a call is queued (call_here stops it) or all is done.
             driven.loop.run_forever()
             if driven.serve_calls() and driven.after_calls is not None:
-                driven.after_calls()
+                try:
+                    driven.after_calls()
+                except Exception:
+                    logger.exception("The check after a worker thread's calls failed")
             if driven.settled():
                 ended = True
                 return driven.main.result()
@@ -192,13 +195,14 @@ async def call_here(fn, *args):
 
 
 def after_each_call(check: Callable[[], None]) -> bool:
-    """From the coroutine run_here runs: check() runs after its thread's calls, until the coroutine ends.
+    """From the coroutine run_here runs: check() runs after the thread's calls until run_here returns.
 
     It runs with the loop paused, after each round of call_here calls and
     before any coroutine takes its next step: a call that held the thread for
     long (a database that does not answer) is followed by it before anything
-    that waited could go on. It must not raise. False (nothing registered)
-    where no run_here drives the caller's loop.
+    that waited could go on. One check per run_here (a second replaces the
+    first); one that raises is logged. False (nothing registered) where no
+    run_here drives the caller's loop.
     """
     driven = _driving()
     if driven is None or driven.loop is not asyncio.get_running_loop():

@@ -55,7 +55,7 @@ RESPONSE_TYPES = {
     "DeleteTaskPushNotificationConfig": empty_pb2.Empty,
     "GetExtendedAgentCard": pb.AgentCard,
 }
-MAX_STATUS_MESSAGE = 1024  # characters of an error's message in its trailers
+MAX_STATUS_MESSAGE_BYTES = 1024  # of an error's message, UTF-8, in its trailers
 ADDRESS_HINT = "the tenant field must name the agent as '<tenant>/<agent>', as its card's GRPC interface says"
 
 
@@ -288,15 +288,17 @@ def _failure(exc: Exception, method: str) -> tuple[status_pb2.Status, tuple]:
 async def _abort(context, status: status_pb2.Status, trailer: tuple) -> None:
     """End the rpc with `status`, the rich status in the grpc-status-details-bin trailer.
 
-    The message goes out twice in the trailers (grpc-message, percent-encoded, and
-    inside the rich status), which a client refuses above 16 KiB in all: a message
-    that quotes a long request value (a 10,000-character tenant) is cut short, or
-    the client would see RESOURCE_EXHAUSTED instead of the answer.
+    The message goes out twice in the trailers (grpc-message, where each byte
+    outside ASCII is percent-encoded into three, and inside the base64 of the rich
+    status), which a client refuses above 8 KiB or so: a message that quotes a long
+    request value (a 10,000-character tenant) is cut short, or the client would
+    see RESOURCE_EXHAUSTED instead of the answer.
     """
-    if len(status.message) > MAX_STATUS_MESSAGE:
-        status = status_pb2.Status(
-            code=status.code, message=status.message[: MAX_STATUS_MESSAGE - 1] + "…", details=status.details
-        )
+    encoded = status.message.encode()
+    if len(encoded) > MAX_STATUS_MESSAGE_BYTES:
+        ellipsis = "…"
+        kept = encoded[: MAX_STATUS_MESSAGE_BYTES - len(ellipsis.encode())].decode(errors="ignore")
+        status = status_pb2.Status(code=status.code, message=kept + ellipsis, details=status.details)
     code, details, rich_trailer = status_to_grpc(status)
     await context.abort(code, details, trailing_metadata=(*rich_trailer, *trailer))
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import time
 from dataclasses import dataclass
 
 from a2a.server.events import EventQueue
@@ -26,7 +27,7 @@ from tasks_app.protocol.convert import (
     status_update_dict,
 )
 from tasks_app.push import push_deliveries_queue
-from tasks_app.turns.lease import Turn, TurnAborted, lease_end, lock_task, owned_turn_statement, retrying
+from tasks_app.turns.lease import Turn, TurnAborted, lock_task, owned_turn_statement, retrying
 from tasks_app.turns.view import TaskView
 from tenants import sql
 
@@ -56,7 +57,7 @@ class TurnEventQueue(EventQueue):
         self.pending: list = []
         self.lock = asyncio.Lock()
         self.timer: asyncio.TimerHandle | None = None
-        self.background: asyncio.Task | None = None
+        self.background: set[asyncio.Task] = set()  # batches being written behind the agent's back
         # Set once one of the agent's own events ended the task.
         self.ended_task = False
         # Set once a batch closed the turn (a terminal state): nothing is left to finish.
@@ -65,12 +66,15 @@ class TurnEventQueue(EventQueue):
         self.error: BaseException | None = None
 
     def close(self) -> None:
-        """No more events are taken: the turn was stopped."""
+        """No more events are taken, and no batch is written any more: the turn was stopped."""
         self.closed = True
         self.pending.clear()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        # A batch trying again through an outage would write, and renew the lease, once it ends.
+        for flush in self.background:
+            flush.cancel()
 
     async def enqueue_event(self, event) -> None:
         if self.closed:
@@ -87,7 +91,9 @@ class TurnEventQueue(EventQueue):
 
     def _flush_soon(self) -> None:
         self.timer = None
-        self.background = asyncio.ensure_future(self._flush_in_background())
+        flush = asyncio.ensure_future(self._flush_in_background())
+        self.background.add(flush)
+        flush.add_done_callback(self.background.discard)
 
     async def _flush_in_background(self) -> None:
         try:
@@ -153,11 +159,14 @@ def events_store(
     commit went through stores nothing more (its readers catch up from the
     log, as they do with any notification lost).
     """
+    started = time.monotonic()  # before the batch's `now`: the lease it renews lasts at least from here
     with transaction.atomic():
         task = lock_task(turn.task_pk)
         if written is not None and written.stored(task):
             if task.is_terminal and task.state != written.state:
                 return None  # ended since, by another (a cancel): as any batch finds it then
+            if task.state in SETTLED_STATES:
+                turn.lease.release()  # the try whose commit went through closed the turn
             if view is not None:
                 stored = TaskView.of(task)
                 view.messages, view.artifacts = stored.messages, stored.artifacts
@@ -180,8 +189,10 @@ def events_store(
             # Another attempt holds the turn: this one writes nothing (all of it undone).
             transaction.set_rollback(True)
             return None
-    if not done:
-        turn.lease.held_until(lease_end(now))
+    if done:
+        turn.lease.release()
+    else:
+        turn.lease.renewed(started)
     if view is not None and writer.view_after is not None:
         # Only once committed: a batch tried again after a failed commit must not count twice.
         view.messages, view.artifacts = writer.view_after.messages, writer.view_after.artifacts

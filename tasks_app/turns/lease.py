@@ -3,12 +3,14 @@
 A worker claims a queued turn with a conditional UPDATE that counts an attempt
 and takes a lease; every write of the turn checks it still holds that lease
 (_owned), so a worker presumed dead writes nothing more once another attempt
-has the turn.
+has the turn. The worker follows how long its lease surely lasts (LeaseClock),
+so that run.Fence can stop the agent before another attempt could start.
 """
 
 import asyncio
 import functools
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,14 +41,12 @@ DB_RETRY_FOR = 60.0
 # Why the watcher stopped a turn.
 CANCELED = "canceled"
 LOST = "lost"
+LAPSING = "lease lapsing"  # not renewed in time: the fence stopped the agent (run.Fence)
 TIMED_OUT = "timed out"
 
-
-LAPSING = "lease lapsing"
-
 # A turn that could not renew its lease stops its agent this share of the lease
-# before the lease lapses (the margin for the clocks of two machines, and for
-# the loop to get to the stop).
+# before the lease lapses: the margin for the clocks of the worker and the
+# sweeper's machine, and for the agent to let go of its cancellation.
 FENCE_BEFORE = 0.2
 
 
@@ -57,20 +57,25 @@ class TurnAborted(Exception):
 class LeaseClock:
     """Until when this worker surely holds a turn's lease, on its monotonic clock.
 
-    Moved on by every write that renewed the lease (the claim, the watcher's
-    renewals, each batch of events), by the lease_until that write stored. The
-    sweeper gives the turn to another worker once that time has passed on its
-    own clock; run.py stops the agent FENCE_BEFORE of the lease ahead of it.
+    Moved on by every committed write that renewed the lease (the claim, the
+    watcher's renewals, each batch of events): a lease taken at `now` lasts
+    until lease_end(now), and the write read time.monotonic() just before its
+    `now`, so `until` is never later than the lease_until stored. The sweeper
+    gives the turn to another worker once that has passed; run.Fence stops the
+    agent FENCE_BEFORE of the lease ahead of it. A closed turn (released) has
+    no lease left to watch.
     """
 
     def __init__(self):
         self.until = 0.0
 
-    def held_until(self, lease_until: datetime | None) -> None:
-        """A write that stored `lease_until` for this turn has committed."""
-        if lease_until is not None:
-            left = (lease_until - timezone.now()).total_seconds()
-            self.until = max(self.until, time.monotonic() + left)
+    def renewed(self, started: float) -> None:
+        """A write that took its `now` at time.monotonic() `started` renewed the lease, and committed."""
+        self.until = max(self.until, started + settings.A2A_TURN_LEASE)
+
+    def release(self) -> None:
+        """The turn is closed: nothing runs under its lease any more."""
+        self.until = math.inf
 
     def fence_at(self) -> float:
         """When the agent must be stopped, unless the lease is renewed before (time.monotonic())."""
@@ -139,10 +144,10 @@ async def retrying(fn, *args, **kwargs):
 
 def turn_renew(turn: Turn) -> str | None:
     """Extend the turn's lease. LOST if another attempt holds it, CANCELED if its task ended; else None."""
-    lease_until = lease_end(timezone.now())
-    if not owned_turn(turn).update(lease_until=lease_until):
+    started = time.monotonic()
+    if not owned_turn(turn).update(lease_until=lease_end(timezone.now())):
         return LOST
-    turn.lease.held_until(lease_until)
+    turn.lease.renewed(started)
     state = task_state(turn.task_pk)
     if state is None or state in TERMINAL_STATES:
         return CANCELED

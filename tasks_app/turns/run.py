@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import math
 import time
 
 from django.conf import settings
@@ -37,6 +38,12 @@ STOP_TIMEOUT = 5.0
 # Seconds a turn runs before it listens for its task's cancellation.
 LISTEN_AFTER = 0.25
 
+# Seconds the watcher waits on the channel layer beyond what it asked for.
+FEED_GRACE = 1.0
+
+# A lease is renewed at the latest this share of the lease before its fence.
+RENEW_AHEAD = 0.1
+
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn on this worker thread: claim it and run it on the thread's own loop."""
@@ -71,8 +78,10 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         execution = asyncio.ensure_future(executor.execute(request_context, queue))
         fence = Fence(turn, execution, queue)
         engine.after_each_call(fence.check)
+        fence.check()  # the setup may have taken long (an outage): before the agent's first step
         watcher = asyncio.ensure_future(_watch(turn, fence))
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        fence.disarm()
         if fence.fired:
             watcher.cancel()
             await asyncio.wait({execution, watcher}, timeout=STOP_TIMEOUT)
@@ -175,28 +184,60 @@ class Fence:
     not what its agent does elsewhere (a call to another service). So an agent
     whose lease was not renewed by LeaseClock.fence_at() (the database is down,
     or out of this worker's reach) is stopped first: cancelled, its pending
-    events dropped, the turn left to run again.
+    and in-flight batches dropped, the turn left to run again.
 
-    check() runs where the watcher wakes, and after each of the turn's database
-    calls (engine.after_each_call): a call that waited for an unreachable
-    database holds the thread, the agent with it, for up to DB_POOL_TIMEOUT,
-    and the agent must not take another step once the time has passed.
+    check() runs on a timer of the loop's at that time, and after each of the
+    turn's database calls (engine.after_each_call): a call that waited for an
+    unreachable database holds the thread, the agent with it, for up to
+    DB_POOL_TIMEOUT, and the agent must not take another step once the time
+    has passed. The timer does not depend on the watcher, which may be waiting
+    on the database or on Redis.
     """
 
     def __init__(self, turn: Turn, execution: asyncio.Future, queue: TurnEventQueue):
         self.turn = turn
         self.execution = execution
         self.queue = queue
+        self.loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle | None = None
         self.fired = False
 
     def check(self) -> None:
-        if self.fired or self.execution.done() or time.monotonic() < self.turn.lease.fence_at():
+        """Stop the agent if its time has come; else be back at that time."""
+        if self.fired or self.execution.done():
+            self.disarm()
+            return
+        at = self.turn.lease.fence_at()
+        if time.monotonic() < at:
+            if at == math.inf:
+                self.disarm()  # the turn was closed: nothing left to fence
+            elif self.timer is None or self.timer.when() != at:
+                self.disarm()
+                # The loop's clock is time.monotonic(), the lease clock's.
+                self.timer = self.loop.call_at(at, self._on_time)
             return
         self.fired = True
+        self.disarm()
         self.queue.close()
-        if self.queue.background is not None:
-            self.queue.background.cancel()
         self.execution.cancel()
+
+    def _on_time(self) -> None:
+        self.timer = None
+        self.check()
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+async def _bounded(awaitable, timeout: float):
+    """The awaitable's result, or None once `timeout` has passed (it is cancelled)."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await awaitable
+    except TimeoutError:
+        return None
 
 
 async def _watch(turn: Turn, fence: Fence) -> str:
@@ -209,25 +250,28 @@ async def _watch(turn: Turn, fence: Fence) -> str:
     await asyncio.sleep(min(LISTEN_AFTER, turn.timeout))
     next_renewal = loop.time()
     feed = Feed(turn.task_pk, group=cancel_group_name(turn.task_pk))
-    await feed.join()
+    # A Redis that does not answer must not hold the renewals up: a cancel is
+    # also found by the renewals, which read the task's state.
+    await _bounded(feed.join(), FEED_GRACE)
     try:
         while True:
-            fence.check()
             if fence.fired:
                 return LAPSING
             now = loop.time()
             if now >= deadline:
                 return TIMED_OUT
-            # The loop's clock is time.monotonic(), the lease clock's.
-            wake = min(next_renewal, deadline, turn.lease.fence_at())
-            message = await feed.receive(timeout=max(wake - now, 0.01))
+            # Renewed ahead of the fence whatever the heartbeat: a turn that writes
+            # nothing for a while is never stopped while the database answers.
+            renew_at = min(next_renewal, turn.lease.fence_at() - RENEW_AHEAD * settings.A2A_TURN_LEASE)
+            timeout = max(min(renew_at, deadline) - now, 0.01)
+            message = await _bounded(feed.receive(timeout=timeout), timeout + FEED_GRACE)
             if message is not None and message.get("type") == "task.cancel":
                 return CANCELED
-            if loop.time() >= next_renewal:
+            if loop.time() >= renew_at:
                 try:
                     status = await db(turn_renew, turn)
                 except UNAVAILABLE_ERRORS as exc:
-                    # The lease may lapse meanwhile; the next batch's check tells.
+                    # The fence stops the agent if the lease cannot be renewed in time.
                     logger.warning("Could not renew the lease of turn %s: %r", turn.message_pk, exc)
                     status = None
                 if status is not None:

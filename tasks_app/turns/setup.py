@@ -2,6 +2,7 @@
 the agent's RequestContext built.
 """
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -50,6 +51,13 @@ class Claim:
     held: bool = False
     # The turn_started_at this worker's claim wrote, chosen before it runs: it names the claim.
     started_at: datetime | None = None
+    # time.monotonic() just before started_at was read: where the claim's lease starts (LeaseClock).
+    clock: float = 0.0
+
+    def start(self) -> datetime:
+        self.clock = time.monotonic()
+        self.started_at = timezone.now()
+        return self.started_at
 
 
 def claim_and_prepare(task_pk, message_pk: int, claim: Claim):
@@ -67,11 +75,10 @@ def claim_and_prepare(task_pk, message_pk: int, claim: Claim):
             # One statement: the claim's UPDATE, and the turn's read of what it claimed.
             loaded = _load(task_pk, message_pk, claim=claim)
         else:
-            claim.started_at = timezone.now()
-            claim.held = turn_claim(task_pk, message_pk, claim.started_at)
+            claim.held = turn_claim(task_pk, message_pk, claim.start())
         if not claim.held:
             return None  # another delivery of this turn got there first
-    return _prepare(task_pk, message_pk, loaded)
+    return _prepare(task_pk, message_pk, claim, loaded)
 
 
 def _claimed_by(task_pk, message_pk: int, started_at: datetime) -> bool:
@@ -94,8 +101,7 @@ def _load(task_pk, message_pk: int, *, claim: Claim | None = None) -> tuple[Task
     claiming, source = "", f"{sql.table(Message)} m"
     if claim is not None:
         claiming, source = f"WITH m AS ({claim_statement()} RETURNING *) ", "m"
-        claim.started_at = timezone.now()
-        params = [*claim_params(task_pk, message_pk, claim.started_at), *params]
+        params = [*claim_params(task_pk, message_pk, claim.start()), *params]
     row = sql.fetch_one(
         f"{claiming}SELECT {sql.columns(Message, 'm')}, {sql.columns(Task, 't')}, {sql.columns(Agent, 'a')}, "
         f"{sql.columns(Tenant, 'n')}, {sql.columns(Context, 'c')} "
@@ -126,7 +132,7 @@ def _load(task_pk, message_pk: int, *, claim: Claim | None = None) -> tuple[Task
     return task, view, user_message
 
 
-def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | None = None):
+def _prepare(task_pk, message_pk: int, claim: Claim, loaded: tuple[Task, TaskView, Message] | None = None):
     """The claimed turn set up to run: (turn, executor, request context, view); None if nothing to run.
 
     The executor is the exception instead if the turn cannot run (turn_drive fails it).
@@ -137,8 +143,14 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
     if loaded is None:
         return None
     task, view, user_message = loaded
-    if user_message is None or user_message.turn != Message.Turn.RUNNING:
-        return None  # the sweeper took it back meanwhile
+    if (
+        user_message is None
+        or user_message.turn != Message.Turn.RUNNING
+        or user_message.turn_started_at != claim.started_at
+    ):
+        # The sweeper took it back meanwhile (a try again after an outage finds the turn
+        # another worker's since: it must not take that attempt's number as its own).
+        return None
     turn = Turn(
         task_pk=str(task.pk),
         message_pk=message_pk,
@@ -146,7 +158,7 @@ def _prepare(task_pk, message_pk: int, loaded: tuple[Task, TaskView, Message] | 
         timeout=float(task.agent.turn_timeout),
         handler=task.agent.handler,
     )
-    turn.lease.held_until(user_message.lease_until)
+    turn.lease.renewed(claim.clock)
     if task.is_terminal:
         # Canceled between the claim and this read (on SQLite they are two statements).
         _close_on_ended_task(turn, task)

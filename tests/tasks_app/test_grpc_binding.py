@@ -279,6 +279,8 @@ async def test_bad_requests_get_their_status_codes(server):
         ("demo/echo/extra", grpc.StatusCode.NOT_FOUND),
         ("demo/\x00echo", grpc.StatusCode.INVALID_ARGUMENT),
         ("demo/" + "e" * 10_000, grpc.StatusCode.NOT_FOUND),
+        ("demo/" + "é" * 10_000, grpc.StatusCode.NOT_FOUND),
+        ("demo/" + "😀" * 10_000, grpc.StatusCode.NOT_FOUND),
         ("../demo/echo", grpc.StatusCode.NOT_FOUND),
         ("/echo", grpc.StatusCode.INVALID_ARGUMENT),
         ("demo/", grpc.StatusCode.INVALID_ARGUMENT),
@@ -296,7 +298,7 @@ async def test_a_malformed_tenant_field_is_no_agent_or_invalid_never_an_internal
         assert error.code() == code, (method, error.code(), error.details()[:200])
         if code == grpc.StatusCode.NOT_FOUND:
             assert error_info(error).reason == "METHOD_NOT_FOUND", method
-            assert len(error.details()) <= 1024, method
+            assert len(error.details().encode()) <= 1024, method
     assert await asyncio.to_thread(stored_counts) == before
 
 

@@ -251,49 +251,39 @@ def test_a_literal_address_in_another_ipv4_spelling_is_screened_too(url):
             push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "http://localhost/hook",
-        "http://LocalHost.:8080/hook",
-        "https://hooks.localhost/a2a",
-        "http://a.b.localhost/",
-    ],
+# Names that only look like the ones refused at creation: names, resolved (and screened) when called.
+LOOKALIKE_NAMES = (
+    "http://localhost.example.com/hook",
+    "http://notlocalhost/hook",
+    "http://localhost-1.test/",
+    "http://local.example.com/hook",
+    "http://internal-tools.example/",
+    "http://arpa.test/",
 )
-def test_localhost_and_names_under_it_are_screened_at_creation_as_loopback(url):
-    # Loopback by definition (RFC 6761): accepted as names, stored, and then refused
-    # at every delivery. Refused now as 127.0.0.1 is, naming the setting that allows them.
-    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
-        with pytest.raises(InvalidParamsError, match="a loopback address") as refused:
-            push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))
-        assert "unless PUSH_ALLOW_PRIVATE_NETWORKS=true is set" in str(refused.value)
-        # Names that only look like it are names, resolved (and screened) when called.
-        for name in (
-            "http://localhost.example.com/hook",
-            "http://notlocalhost/hook",
-            "http://localhost-1.test/",
-        ):
-            assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=name)).url == name
-    with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
-        assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url)).url == url
 
 
 @pytest.mark.parametrize(
-    "url",
+    ("url", "refusal"),
     [
-        "http://printer.local/hook",
-        "https://hooks.internal/a2a",
-        "http://nas.home.arpa:8080/",
-        "http://INTERNAL./",
+        # Loopback by definition (RFC 6761), refused as 127.0.0.1 is.
+        ("http://localhost/hook", "a loopback address"),
+        ("http://LocalHost.:8080/hook", "a loopback address"),
+        ("https://hooks.localhost/a2a", "a loopback address"),
+        ("http://a.b.localhost/", "a loopback address"),
+        # Private-use names, which no public DNS answers.
+        ("http://printer.local/hook", "a private-use name"),
+        ("https://hooks.internal/a2a", "a private-use name"),
+        ("http://nas.home.arpa:8080/", "a private-use name"),
+        ("http://INTERNAL./", "a private-use name"),
     ],
 )
-def test_private_use_names_are_refused_at_creation_unless_private_networks_are_allowed(url):
-    # No public DNS answers them: stored, they would be refused at every delivery.
+def test_names_that_can_only_be_private_are_refused_at_creation_naming_the_setting(url, refusal):
+    # Accepted as names and stored, they were refused at every delivery.
     with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=False):
-        with pytest.raises(InvalidParamsError, match="a private-use name") as refused:
+        with pytest.raises(InvalidParamsError, match=refusal) as refused:
             push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url))
         assert "unless PUSH_ALLOW_PRIVATE_NETWORKS=true is set" in str(refused.value)
-        for name in ("http://local.example.com/hook", "http://internal-tools.example/", "http://arpa.test/"):
+        for name in LOOKALIKE_NAMES:
             assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=name)).url == name
     with override_settings(PUSH_ALLOW_PRIVATE_NETWORKS=True):
         assert push_config_clean(pb.TaskPushNotificationConfig(task_id="t", url=url)).url == url

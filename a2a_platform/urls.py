@@ -5,6 +5,7 @@ from oauth2_provider import urls as oauth2_urls
 
 from a2a_platform import health
 from a2a_platform.console.views.base import favicon
+from agents.views import not_found
 
 # django-oauth-toolkit's protocol endpoints only (token, authorize, revoke, introspect, device,
 # metadata). Its own pages that list, register and edit applications and tokens, and its dynamic
@@ -22,6 +23,8 @@ urlpatterns = [
     path("o/", include(OAUTH2_PATTERNS, namespace="oauth2_provider")),
     path("api/", include("a2a_platform.api.urls")),
     path("a2a/", include("tasks_app.urls")),
+    # A client that trims every slash: the same JSON 404 as anything else under /a2a/.
+    path("a2a", not_found),
     path("console/", include("a2a_platform.console.urls")),
     # Daphne serves no files: the admin's CSS and JS come from the apps' static folders.
     # A sync view on its own path, so the async A2A views keep their streaming.

@@ -450,7 +450,7 @@ def test_a_url_segment_no_slug_can_be_gets_the_bindings_json_404_as_an_unknown_a
 
 
 @pytest.mark.parametrize(
-    "path", ["a2a/demo/echo/other", "a2a/demo/echo/.well-known/other", "a2a/", "a2a//echo/"]
+    "path", ["a2a/demo/echo/other", "a2a/demo/echo/.well-known/other", "a2a/", "a2a//echo/", "a2a"]
 )
 def test_any_other_url_under_a2a_is_a_json_404(server, stored, path):
     for verb in ("GET", "POST", "DELETE"):
@@ -467,7 +467,7 @@ def test_a_post_to_the_rest_bindings_url_without_its_slash_is_its_json_404(serve
     rest_error(response, 404, "METHOD_NOT_FOUND")
 
 
-@pytest.mark.parametrize("path", ["a2a/demo/echo/rest", "a2a/demo"])
+@pytest.mark.parametrize("path", ["a2a/demo/echo/rest", "a2a/demo", "a2a"])
 def test_a_post_to_a_url_without_its_trailing_slash_is_not_found_not_a_500(server, stored, path):
     # Django redirects to the URL with a slash, which loses a POST's body; with DEBUG
     # on (the embedded default) it raised instead, a 500. The URL is simply unknown.

@@ -25,7 +25,7 @@ from tasks_app.models import Message, Task
 from tasks_app.turns import agent_cancel
 from tasks_app.turns import setup as turn_setup
 from tasks_app.turns.cancel import DiscardingEventQueue, cancel_agent
-from tasks_app.turns.setup import _prepare
+from tasks_app.turns.setup import Claim, _prepare
 from tenants.models import Tenant
 from tests.agents.conftest import new_id
 from tests.conftest import user_message
@@ -198,11 +198,13 @@ def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(
     task = _waiting_task(rpc, agent, "Book the band")
     waiting = _first_turn_closed(task)
     # The answer's turn, just claimed by a worker that has not read the task yet.
+    claim = Claim()
     claimed = _answer(
         waiting,
         "A jazz trio",
         turn=Message.Turn.RUNNING,
         turn_attempts=1,
+        turn_started_at=claim.start(),
         lease_until=timezone.now() + timedelta(seconds=60),
     )
     # CancelTask sees that turn running, and leaves the agent's cancel() to it.
@@ -210,7 +212,7 @@ def test_a_turn_claimed_as_its_task_is_canceled_still_gets_the_agent_its_cancel(
     given = []
     monkeypatch.setattr(turn_setup, "agent_cancel_dispatch", given.append)
 
-    assert _prepare(task["id"], claimed.pk) is None  # nothing to run: the task is canceled
+    assert _prepare(task["id"], claimed.pk, claim) is None  # nothing to run: the task is canceled
 
     claimed.refresh_from_db()
     assert claimed.turn == Message.Turn.DONE

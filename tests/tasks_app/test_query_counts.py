@@ -100,8 +100,9 @@ def _answered(caller: Caller, asked: list) -> tuple[object, str, int]:
     (the accept's outcome, the task's id, the answer's message id: the second turn)."""
     outcome = _send(caller)
     task_pk = str(outcome.task.pk)
-    assert turn_claim(task_pk, _first_turn(outcome))
-    turn, _, _, view = _prepare(task_pk, _first_turn(outcome))
+    claim = Claim()
+    assert turn_claim(task_pk, _first_turn(outcome), claim.start())
+    turn, _, _, view = _prepare(task_pk, _first_turn(outcome), claim)
     assert events_store(turn, asked, view) == "input-required"
     _send(caller, text="more", task_id=task_pk)
     second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
@@ -175,9 +176,10 @@ def test_a_turn_reads_and_writes_in_a_fixed_number_of_statements(stored):
     def work():
         outcome = _send(caller)
         message_pk = _first_turn(outcome)
-        assert turn_claim(outcome.task.pk, message_pk)
+        claim = Claim()
+        assert turn_claim(outcome.task.pk, message_pk, claim.start())
         with CaptureQueriesContext(connection) as prepare:
-            turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk)
+            turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk, claim)
         queue = Collecting()
         asyncio.run(build_executor(caller.agent).execute(context, queue))
         # The echo agent's three events (WORKING, the artifact, COMPLETED) are one batch.
@@ -201,8 +203,9 @@ def test_a_batch_of_a_turn_another_attempt_holds_writes_nothing(stored, done):
     def work():
         outcome = _send(caller)
         message_pk = _first_turn(outcome)
-        assert turn_claim(outcome.task.pk, message_pk)
-        turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk)
+        claim = Claim()
+        assert turn_claim(outcome.task.pk, message_pk, claim.start())
+        turn, executor, context, view = _prepare(str(outcome.task.pk), message_pk, claim)
         queue = Collecting()
         asyncio.run(build_executor(caller.agent).execute(context, queue))
         batch = queue.events if done else queue.events[:2]  # WORKING and the artifact: not settled
@@ -294,9 +297,10 @@ def test_a_later_turn_reads_what_the_earlier_ones_left(stored):
             ),
         ]
         outcome, task_pk, second = _answered(caller, asked)
-        assert turn_claim(task_pk, second)
+        claim = Claim()
+        assert turn_claim(task_pk, second, claim.start())
         with CaptureQueriesContext(connection) as prepare:
-            turn, _, context, view = _prepare(task_pk, second)
+            turn, _, context, view = _prepare(task_pk, second, claim)
         assert len(_statements(prepare)) <= PREPARE_LATER_MAX, _statements(prepare)
         assert [m.pk for m in view.messages][-1] == second and len(view.messages) == 3
         assert [a.artifact_id for a in view.artifacts] == ["draft"]

@@ -105,8 +105,9 @@ def _flow(caller) -> None:
     assert events_store(turn, [asked], view) == "input-required"
     _send(caller, text="more", task_id=task_pk)
     second = Message.objects.filter(task=outcome.task, role=Message.Role.USER).latest("pk").pk
-    assert turn_claim(task_pk, second)
-    turn, executor, context, view = _prepare(task_pk, second)
+    claim = Claim()
+    assert turn_claim(task_pk, second, claim.start())
+    turn, executor, context, view = _prepare(task_pk, second, claim)
     queue = Collecting()
     asyncio.run(build_executor(caller.agent).execute(context, queue))
     assert events_store(turn, queue.events, view) == "completed"

@@ -33,6 +33,7 @@ METADATA_ADDRESSES = frozenset(
     for address in (
         "169.254.169.254",  # instance metadata: AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
         "fd00:ec2::254",  # AWS instance metadata over IPv6
+        "fe80::a9fe:a9fe",  # OpenStack instance metadata over IPv6 (Neutron, Ussuri and later)
         "169.254.170.2",  # AWS ECS task metadata and credentials
         "169.254.170.23",  # AWS EKS Pod Identity credentials
         "fd00:ec2::23",  # AWS EKS Pod Identity credentials over IPv6
@@ -104,6 +105,8 @@ class Target:
 
 def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):
+        # Without its zone (fe80::a9fe:a9fe%eth0 is the listed address, on one interface).
+        ip = ipaddress.IPv6Address(int(ip))
         # Judged as the IPv4 address it carries: ::ffff:127.0.0.1, and the 6to4 form
         # 2002:7f00:1:: (routed to 127.0.0.1 where a host has a 6to4 route).
         ip = ip.ipv4_mapped or ip.sixtofour or ip

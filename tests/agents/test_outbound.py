@@ -27,7 +27,7 @@ METADATA_V4 = [
     "169.254.0.23",
     "168.63.129.16",
 ]
-METADATA_V6 = ["fd00:ec2::254", "fd00:ec2::23", "fd00:ec2::253"]
+METADATA_V6 = ["fd00:ec2::254", "fd00:ec2::23", "fd00:ec2::253", "fe80::a9fe:a9fe", "fe80::a9fe:a9fe%25eth0"]
 
 
 def sixtofour(address: str) -> str:

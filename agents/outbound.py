@@ -140,15 +140,18 @@ class Screen:
 
     def refusal(self, host: str, address: str | None, problem: str) -> UrlRefused:
         """`address` None: a name that is loopback by definition (_is_loopback_name)."""
-        fixable = problem in PRIVATE_PROBLEMS
         resolves = (
             f"resolves to {address}, {problem}"
             if address
             else f"resolves to {problem} (localhost and every name under it do, RFC 6761)"
         )
+        return self.refused(f"the host '{host}' {resolves}", fixable=problem in PRIVATE_PROBLEMS)
+
+    def refused(self, why: str, *, fixable: bool) -> UrlRefused:
+        """`why`, and where the URL may go; `fixable`: the setting lifts it, and the refusal names it."""
         return UrlRefused(
-            f"the host '{host}' {resolves}; {self.purpose} only sent to "
-            f"public addresses" + (f" unless {self.setting}=true is set" if fixable else "")
+            f"{why}; {self.purpose} only sent to public addresses"
+            + (f" unless {self.setting}=true is set" if fixable else "")
         )
 
 
@@ -157,15 +160,15 @@ class Screen:
 PRIVATE_USE_DOMAINS = ("local", "home.arpa", "internal")
 
 
-def _is_private_use_name(host: str) -> bool:
+def _is_under(host: str, *domains: str) -> bool:
+    """Whether the host is one of the domains or a name under one, whatever its case or final dot."""
     name = host.lower().rstrip(".")
-    return any(name == domain or name.endswith(f".{domain}") for domain in PRIVATE_USE_DOMAINS)
+    return any(name == domain or name.endswith(f".{domain}") for domain in domains)
 
 
 def _is_loopback_name(host: str) -> bool:
     """localhost and the names under it (RFC 6761 §6.3), which name loopback whatever DNS says."""
-    name = host.lower().rstrip(".")
-    return name == "localhost" or name.endswith(".localhost")
+    return _is_under(host, "localhost")
 
 
 def _ipv4_spelling(host: str) -> ipaddress.IPv4Address | None:
@@ -204,12 +207,10 @@ def _parsed(url: str, screen: Screen) -> httpx.URL:
             problem = _address_problem(LOOPBACK, screen.allow_private, screen.allow_loopback)
             if problem:
                 raise screen.refusal(parsed.host, None, problem)
-        elif _is_private_use_name(parsed.host) and not screen.allow_private:
+        elif _is_under(parsed.host, *PRIVATE_USE_DOMAINS) and not screen.allow_private:
             # Only ever a private network's: stored, it would be refused at every call.
-            raise UrlRefused(
-                f"the host '{parsed.host}' is a private-use name (.local, .internal, home.arpa); "
-                f"{screen.purpose} only sent to public addresses unless {screen.setting}=true is set"
-            )
+            why = f"the host '{parsed.host}' is a private-use name (.local, .internal, home.arpa)"
+            raise screen.refused(why, fixable=True)
         return parsed  # any other name: resolved and screened when it is called
     problem = _address_problem(literal, screen.allow_private, screen.allow_loopback)
     if problem:

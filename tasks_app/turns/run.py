@@ -83,10 +83,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         fence.disarm()
         if fence.fired:
-            watcher.cancel()
-            await asyncio.wait({execution, watcher}, timeout=STOP_TIMEOUT)
-            if not execution.done():
-                logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
+            await _stop(task_pk, execution, watcher)
             lost = True
             logger.warning(
                 "Turn %s of task %s could not renew its lease: its agent was stopped before the lease "
@@ -112,10 +109,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         else:
             reason = watcher.result()
             queue.close()
-            execution.cancel()
-            await asyncio.wait({execution}, timeout=STOP_TIMEOUT)
-            if not execution.done():
-                logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
+            await _stop(task_pk, execution)
             if reason == LOST and queue.finished:
                 lost = True  # the agent's own last batch closed the turn; nothing was lost
             elif reason == LOST:
@@ -161,6 +155,18 @@ async def turn_drive(task_pk, message_pk: int) -> None:
                 turn.attempt,
                 1000 * (time.perf_counter() - started),
             )
+
+
+async def _stop(task_pk, execution: asyncio.Future, *others: asyncio.Future) -> None:
+    """Cancel the agent's execution (and the others) and give them STOP_TIMEOUT to end.
+
+    An agent that swallows its cancellation is abandoned on the thread's loop.
+    """
+    for stopped in (execution, *others):
+        stopped.cancel()
+    await asyncio.wait({execution, *others}, timeout=STOP_TIMEOUT)
+    if not execution.done():
+        logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
 
 
 def _outcome(error: BaseException | None, lost: bool, canceled: bool) -> str:

@@ -219,7 +219,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # only every 2 x N jobs: each turn would check one out of the pool again.
 # a2a_platform/celery.py checks one that sat idle and closes one a job left broken.
 # Each worker thread holds one connection of its process's pool for good: keep
-# DB_POOL_MAX above the worker's threads plus A2A_DB_THREADS.
+# DB_POOL_MAX above the worker's threads plus A2A_DB_THREADS (and one for the lease
+# keeper, tasks_app/turns/keeper.py).
 CELERY_DB_REUSE_MAX = 1_000_000_000
 # Workers outlive broker outages: reconnect forever, at start and later. A turn
 # that runs keeps running through an outage (it writes to the database, not to

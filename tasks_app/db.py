@@ -163,6 +163,16 @@ def _call(fn, args, kwargs):
         _last_used.at = time.monotonic()
 
 
+def on_this_thread(fn, /, *args, **kwargs):
+    """fn(*args, **kwargs) on this thread, with its connection kept as db()'s threads keep theirs.
+
+    For a thread of its own that does database work now and then (the lease
+    keeper): a connection idle for a while is checked first, one that failed
+    for being unreachable is dropped.
+    """
+    return _call(fn, args, kwargs)
+
+
 def connection_dropped_if_broken() -> None:
     """After a worker job: close the thread's connection if the job left it broken; keep it otherwise.
 

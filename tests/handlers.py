@@ -45,18 +45,27 @@ class StubbornExecutor(AgentExecutor):
 
 
 class SleeperExecutor(AgentExecutor):
-    """Sleeps for the seconds its config names, then completes (turn time limits)."""
+    """Sleeps for the seconds its config names, then completes (turn time limits).
+
+    `blocking`: sleeps with time.sleep, holding its loop, as an agent that calls a
+    synchronous client from its async execute() does.
+    """
 
     def __init__(self, config: dict | None = None):
         self.seconds = float((config or {}).get("seconds", 5))
+        self.blocking = bool((config or {}).get("blocking", False))
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         import asyncio
+        import time
 
         task = context.current_task
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         await updater.update_status(TaskState.TASK_STATE_WORKING)
-        await asyncio.sleep(self.seconds)
+        if self.blocking:
+            time.sleep(self.seconds)
+        else:
+            await asyncio.sleep(self.seconds)
         await updater.update_status(TaskState.TASK_STATE_COMPLETED)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

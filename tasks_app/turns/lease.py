@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -68,18 +69,28 @@ class LeaseClock:
 
     def __init__(self):
         self.until = 0.0
+        # The turn's thread and the process's lease keeper (keeper.py) both renew:
+        # a renewal never moves the clock back, nor reopens a released lease.
+        self.lock = threading.Lock()
 
     def renewed(self, started: float) -> None:
         """A write that took its `now` at time.monotonic() `started` renewed the lease, and committed."""
-        self.until = max(self.until, started + settings.A2A_TURN_LEASE)
+        with self.lock:
+            self.until = max(self.until, started + settings.A2A_TURN_LEASE)
 
     def release(self) -> None:
         """The turn is closed: nothing runs under its lease any more."""
-        self.until = math.inf
+        with self.lock:
+            self.until = math.inf
 
     def fence_at(self) -> float:
         """When the agent must be stopped, unless the lease is renewed before (time.monotonic())."""
         return self.until - FENCE_BEFORE * settings.A2A_TURN_LEASE
+
+    def renewal_due(self, after: float, ahead: float) -> float:
+        """When to renew: `after` s past the last renewal, and at latest `ahead` s before the fence."""
+        last = self.until - settings.A2A_TURN_LEASE
+        return min(last + after, self.fence_at() - ahead)
 
 
 @dataclass(frozen=True)
@@ -152,6 +163,21 @@ def turn_renew(turn: Turn) -> str | None:
     if state is None or state in TERMINAL_STATES:
         return CANCELED
     return None
+
+
+def leases_renew(turns: list[Turn]) -> list[Turn]:
+    """Renew the leases of turns in one statement; those renewed (another attempt holds the others)."""
+    started = time.monotonic()
+    where = " OR ".join([f"({_owned_where()})"] * len(turns))
+    params = [sql.prep(Message, "lease_until", lease_end(timezone.now()))]
+    for turn in turns:
+        params.extend(_owned(turn).values())
+    statement = f"UPDATE {sql.table(Message)} SET lease_until = %s WHERE {where} RETURNING {sql.quote('id')}"
+    renewed = {pk for (pk,) in sql.fetch_all(statement, params)}
+    kept = [turn for turn in turns if turn.message_pk in renewed]
+    for turn in kept:
+        turn.lease.renewed(started)
+    return kept
 
 
 def _owned(turn: Turn) -> dict:

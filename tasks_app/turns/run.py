@@ -15,6 +15,7 @@ from tasks_app.events import Feed, cancel_group_name
 from tasks_app.turns.batches import TurnEventQueue
 from tasks_app.turns.cancel import AGENT_CANCEL_TIMEOUT, cancel_agent
 from tasks_app.turns.closing import turn_finish
+from tasks_app.turns.keeper import keeper
 from tasks_app.turns.lease import (
     CANCELED,
     LAPSING,
@@ -63,6 +64,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         if setup is None:
             return
         turn, executor, request_context, view = setup
+        # An agent that blocks this thread's loop holds the watcher up too: the keeper renews meanwhile.
+        keeper.hold(turn, until=time.monotonic() + turn.timeout + STOP_TIMEOUT)
         queue = TurnEventQueue(turn, view)
         if isinstance(executor, Exception):
             failed, executor = executor, None
@@ -83,6 +86,7 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         fence.disarm()
         if fence.fired:
+            keeper.drop(turn)  # the turn runs again elsewhere: its lease is left to lapse
             await _stop(task_pk, execution, watcher)
             lost = True
             logger.warning(
@@ -129,6 +133,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         logger.exception("Turn %s of task %s crashed", message_pk, task_pk)
         error = exc
     finally:
+        if turn is not None:
+            keeper.drop(turn)
         outcome = _outcome(error, lost, cancel_given)
         if turn is not None:
             metrics.turn_done(turn.handler, outcome, time.perf_counter() - started)

@@ -27,6 +27,8 @@ AGENTS = {
     "fault-progress": ("progress", {"duration": 3.0}),
     "fault-short": ("progress", {"duration": 1.5}),
     "fault-ticker": ("ticker", {"seconds": 20}),
+    # Holds its loop with time.sleep, as a synchronous model client would.
+    "fault-blocker": ("sleeper", {"seconds": 5, "blocking": True}),
 }
 LOG_TAIL_LINES = 60
 LOGS_SHOWN = 6

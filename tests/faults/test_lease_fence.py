@@ -100,3 +100,35 @@ def test_a_worker_cut_off_from_the_database_stops_its_agent_before_another_runs_
     assert not overlaps, f"two executions of one turn ran at the same time: {figures}"
     assert restarted, "the run after the outage did not log its WORKING 'restarted' status"
     assert figures["processes_exited"] == [], figures
+
+
+def test_an_agent_that_blocks_its_loop_on_a_healthy_database_runs_once(stack):
+    # The agent sleeps 5 s holding its loop (and its watcher) under a 2 s lease: the worker's
+    # lease keeper renews the lease from its own thread, so the fence does not stop the agent
+    # as it comes back and the sweeper does not give the turn to the other worker meanwhile.
+    started = time.monotonic()
+    stack.env.update({"A2A_TURN_LEASE": "2", "A2A_TURN_HEARTBEAT": "0.5", "A2A_SWEEP_INTERVAL": "0.5"})
+    web = stack.start_web()
+    stack.start_beat()
+    stack.start_worker("worker-a")
+    stack.start_worker("worker-b")
+    params = send_params("hold on", f"block-{uuid.uuid4()}")
+    answer = rpc(web.agent_url("fault-blocker"), "SendMessage", params)
+    assert answer.task, f"SendMessage refused: {answer}"
+    task_id = answer.task["id"]
+    log = stack.store.logs([task_id])[task_id]
+    restarts = [event for event in log if "restarted" in payload_text(event.payload)]
+    worker_logs = stack.log_dir.glob("worker-*.log")
+    kept = [path.name for path in worker_logs if "its lease is kept meanwhile" in path.read_text()]
+    figures = record(
+        "blocked_loop",
+        started,
+        state=answer.task["status"]["state"],
+        restarts=len(restarts),
+        kept_by=kept,
+        processes_exited=stack.exited(),
+    )
+    assert answer.task["status"]["state"] == "TASK_STATE_COMPLETED", figures
+    assert restarts == [], f"the turn of a blocked agent was run again: {figures}"
+    assert len(kept) == 1, f"no keeper renewed the blocked turn's lease (or two did): {figures}"
+    assert figures["processes_exited"] == [], figures

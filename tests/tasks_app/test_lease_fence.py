@@ -9,23 +9,34 @@ import asyncio
 import math
 import time
 import uuid
+from datetime import timedelta
 
 import httpx
 import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from tasks_app.models import Message
+from tasks_app.turns import turn_claim
 from tasks_app.turns.batches import TurnEventQueue
+from tasks_app.turns.keeper import LATE_AFTER, LeaseKeeper
 from tasks_app.turns.lease import Turn
 from tasks_app.turns.run import Fence
+from tasks_app.turns.setup import Claim, _prepare
 from tests.conftest import SERVICES_MODE, user_message
 from tests.live import start_web
+from tests.tasks_app.test_query_counts import Rollback, _caller, _first_turn, _send
 from tests.tasks_app.test_turn_limits import _agent
 
 LEASE = 10.0
 
 
-def a_turn(renewed_ago: float) -> Turn:
-    turn = Turn(task_pk=str(uuid.uuid4()), message_pk=1, attempt=1, timeout=60.0)
+def a_turn(renewed_ago: float, message_pk: int = 1) -> Turn:
+    turn = Turn(task_pk=str(uuid.uuid4()), message_pk=message_pk, attempt=1, timeout=60.0)
     turn.lease.renewed(time.monotonic() - renewed_ago)
     return turn
 
@@ -90,18 +101,64 @@ def test_a_renewed_or_closed_turn_is_never_fenced():
     assert not asyncio.run(run(lambda turn: turn.lease.release()))
 
 
-@pytest.mark.skipif(SERVICES_MODE, reason="the turn runs in the web process only on the embedded default")
-def test_a_silent_turn_on_a_healthy_database_is_never_fenced_whatever_the_heartbeat(
-    stored, db_settings, log_dir
-):
-    # A heartbeat longer than the fence's share of the lease: the watcher renews ahead of
-    # the fence, so an agent that writes nothing for a while is not stopped and run again.
-    _agent("sleeper-fenced", "sleeper", config={"seconds": 3})
+@override_settings(A2A_TURN_LEASE=LEASE, A2A_TURN_HEARTBEAT=2.0)
+def test_the_keeper_takes_only_turns_whose_watcher_is_late_and_lets_go_of_one_past_its_time():
+    keeper = LeaseKeeper(thread=False)
+    now = time.monotonic()
+    # The watcher renews after one heartbeat (2 s), the keeper after LATE_AFTER of them.
+    fresh = a_turn(renewed_ago=LATE_AFTER * 2.0 - 0.1, message_pk=1)
+    late = a_turn(renewed_ago=LATE_AFTER * 2.0 + 0.1, message_pk=2)
+    closed = a_turn(renewed_ago=5.0, message_pk=3)
+    closed.lease.release()
+    stuck = a_turn(renewed_ago=5.0, message_pk=4)
+    for turn in (fresh, late, closed):
+        keeper.hold(turn, until=now + 60)
+    keeper.hold(stuck, until=now - 1)  # past its time limit (and the time its stop is given)
+    assert keeper.due(now) == [late]
+    assert sorted(keeper.held) == [1, 2, 3]  # the stuck one is let go: its lease lapses
+    # A turn held again (its next turn on this thread) is not dropped by the last one's drop.
+    keeper.drop(a_turn(renewed_ago=0.0, message_pk=2))
+    assert sorted(keeper.held) == [1, 2, 3]
+    keeper.drop(late)
+    assert keeper.due(now) == []
+
+
+def test_the_keeper_renews_late_leases_in_one_statement_and_lets_go_of_one_another_attempt_holds(stored):
+    keeper = LeaseKeeper(thread=False)
+    with pytest.raises(Rollback), transaction.atomic():  # rolled back: nothing is dispatched
+        caller = _caller()
+        turns = []
+        for _ in range(2):
+            outcome = _send(caller)
+            claim = Claim()
+            assert turn_claim(str(outcome.task.pk), _first_turn(outcome), claim.start())
+            turns.append(_prepare(str(outcome.task.pk), _first_turn(outcome), claim)[0])
+        kept, lost = turns
+        # Another attempt took the second turn: its lease is not this worker's to keep.
+        Message.objects.filter(pk=lost.message_pk).update(turn_attempts=F("turn_attempts") + 1)
+        for turn in turns:
+            Message.objects.filter(pk=turn.message_pk).update(lease_until=timezone.now())
+            keeper.hold(turn, until=time.monotonic() + 60)
+        fence_before = kept.lease.fence_at()
+        with CaptureQueriesContext(connection) as queries:
+            keeper.renew(turns)
+        assert len(queries.captured_queries) == 1
+        assert kept.lease.fence_at() > fence_before
+        assert list(keeper.held) == [kept.message_pk]
+        stored = Message.objects.filter(pk__in=[turn.message_pk for turn in turns])
+        leases = dict(stored.values_list("pk", "lease_until"))
+        assert leases[kept.message_pk] > timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE / 2)
+        assert leases[lost.message_pk] <= timezone.now()
+        raise Rollback
+
+
+def _send_with_a_short_lease(db_settings, log_dir, agent: str, heartbeat: str) -> dict:
+    """A blocking send to `agent` on a web process of its own with a 1 s lease; the task answered."""
     web = start_web(
         db_settings,
         log_dir,
-        name="web-lease",
-        extra_env={"A2A_TURN_LEASE": "1", "A2A_TURN_HEARTBEAT": "0.95", "A2A_SWEEP_INTERVAL": "0.5"},
+        name=f"web-{agent}",
+        extra_env={"A2A_TURN_LEASE": "1", "A2A_TURN_HEARTBEAT": heartbeat, "A2A_SWEEP_INTERVAL": "0.5"},
     )
     try:
         body = {
@@ -110,12 +167,33 @@ def test_a_silent_turn_on_a_healthy_database_is_never_fenced_whatever_the_heartb
             "method": "SendMessage",
             "params": user_message("sleep on it", f"lease-{uuid.uuid4()}"),
         }
-        answer = httpx.post(
-            web.agent_url("sleeper-fenced"), json=body, headers={"A2A-Version": "1.0"}, timeout=60
-        ).json()
-        task = answer["result"]["task"]
-        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
-        texts = [part.get("text", "") for message in task.get("history", []) for part in message["parts"]]
-        assert not any("restarted" in text for text in texts), texts
+        answer = httpx.post(web.agent_url(agent), json=body, headers={"A2A-Version": "1.0"}, timeout=60)
+        return answer.json()["result"]["task"]
     finally:
         web.stop()
+
+
+def _ran_once(task: dict) -> None:
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    texts = [part.get("text", "") for message in task.get("history", []) for part in message["parts"]]
+    assert not any("restarted" in text for text in texts), texts
+    assert Message.objects.get(task_id=task["id"], role=Message.Role.USER).turn_attempts == 1
+
+
+@pytest.mark.skipif(SERVICES_MODE, reason="the turn runs in the web process only on the embedded default")
+def test_a_silent_turn_on_a_healthy_database_is_never_fenced_whatever_the_heartbeat(
+    stored, db_settings, log_dir
+):
+    # A heartbeat longer than the fence's share of the lease: the watcher renews ahead of
+    # the fence, so an agent that writes nothing for a while is not stopped and run again.
+    _agent("sleeper-fenced", "sleeper", config={"seconds": 3})
+    _ran_once(_send_with_a_short_lease(db_settings, log_dir, "sleeper-fenced", heartbeat="0.95"))
+
+
+@pytest.mark.skipif(SERVICES_MODE, reason="the turn runs in the web process only on the embedded default")
+def test_an_agent_that_blocks_its_loop_keeps_its_lease_on_a_healthy_database(stored, db_settings, log_dir):
+    # A synchronous call in an async execute() holds the turn's loop, and its watcher with it,
+    # for three leases. The process's lease keeper renews the lease meanwhile: the agent is
+    # not stopped at the fence as it comes back, nor run again by the sweeper while it works.
+    _agent("sleeper-blocking", "sleeper", config={"seconds": 3, "blocking": True})
+    _ran_once(_send_with_a_short_lease(db_settings, log_dir, "sleeper-blocking", heartbeat="0.3"))

@@ -21,8 +21,10 @@ on the database (an outage: DB_POOL_TIMEOUT for a connection) delays the
 turn's watcher by as much; after_each_call lets the turn's lease fence look
 at the clock before anything else on the loop goes on.
 
-Agent code must not block either loop (the a2a-sdk contract: execute() is a
-coroutine that awaits, as it is under the SDK's own server). A turn whose
+Agent code should not block either loop (the a2a-sdk contract: execute() is a
+coroutine that awaits, as it is under the SDK's own server). One that blocks a
+turn's loop holds its watcher, time limit and cancel up until it gives the
+loop back; its lease is kept meanwhile (tasks_app/turns/keeper.py). A turn whose
 agent ignores cancellation stays behind on its loop as an abandoned
 coroutine, and goes on only while that thread runs its next turn.
 """

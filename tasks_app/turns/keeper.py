@@ -5,8 +5,9 @@ that loop (a synchronous call to a model's API from its async execute(), say)
 holds the watcher up with it: on a healthy database its lease would lapse, the
 fence would stop the agent as it comes back, and the sweeper would give the
 turn to another worker while it still ran. The keeper renews, in one
-statement, the lease of each turn of the process whose watcher is late; while
-the watchers keep up it writes nothing.
+statement, the lease of each turn of the process whose watcher is late: a
+renewal LATE_AFTER heartbeats old, or close to its fence. While the watchers
+keep up it writes nothing.
 
 A kept lease still says that this process is alive and reaches the database,
 no more: a turn past its time limit (and the time its stop is given) is no
@@ -23,15 +24,15 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from tasks_app.db import UNAVAILABLE_ERRORS, on_this_thread
-from tasks_app.turns.lease import Turn, leases_renew
+from tasks_app.turns.lease import RENEW_AHEAD, Turn, leases_renew
 
 logger = logging.getLogger("tasks_app.turns")
 
 # The keeper renews a lease once its last renewal is this many heartbeats old
-# (the watcher renews after one), and ahead of the fence by this share of the
-# lease (the watcher: run.RENEW_AHEAD, 0.1): it steps in only for a late watcher.
+# (the watcher renews after one), or this share of the lease before its fence
+# (the watcher: RENEW_AHEAD, a little earlier): it steps in for a late watcher only.
 LATE_AFTER = 1.5
-AHEAD = 0.05
+AHEAD = 0.75 * RENEW_AHEAD
 
 
 @dataclass
@@ -52,6 +53,8 @@ class LeaseKeeper:
         self.held: dict[int, _Held] = {}
         self.thread: threading.Thread | None = None
         self.threaded = thread
+        self.wake = threading.Event()  # a turn was held: when its lease falls due may come first
+        self.failing = False  # the last renewal could not reach the database
 
     def hold(self, turn: Turn, until: float) -> None:
         """Keep the turn's lease while its watcher is late, up to time.monotonic() `until`."""
@@ -60,6 +63,7 @@ class LeaseKeeper:
             if self.threaded and self.thread is None:
                 self.thread = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
                 self.thread.start()
+        self.wake.set()
 
     def drop(self, turn: Turn) -> None:
         with self.lock:
@@ -67,26 +71,34 @@ class LeaseKeeper:
             if held is not None and held.turn is turn:
                 del self.held[turn.message_pk]
 
+    @staticmethod
+    def _due_at(turn: Turn) -> float:
+        return turn.lease.renewal_due(
+            LATE_AFTER * settings.A2A_TURN_HEARTBEAT, AHEAD * settings.A2A_TURN_LEASE
+        )
+
     def due(self, now: float) -> list[Turn]:
-        """The turns whose watcher is late now; those past their time are let go."""
-        lease, heartbeat = settings.A2A_TURN_LEASE, settings.A2A_TURN_HEARTBEAT
+        """The turns whose watcher is late now; a late one past its time is let go instead."""
         with self.lock:
             held = list(self.held.values())
         late = []
         for entry in held:
-            if now >= entry.until:
-                logger.warning(
-                    "Turn %s of task %s holds its thread past its time limit; its lease is left to lapse",
-                    entry.turn.message_pk,
-                    entry.turn.task_pk,
-                )
-                self.drop(entry.turn)
-            elif now >= entry.turn.lease.renewal_due(LATE_AFTER * heartbeat, AHEAD * lease):
+            if now < self._due_at(entry.turn):
+                continue
+            if now < entry.until:
                 late.append(entry.turn)
+                continue
+            self.drop(entry.turn)
+            logger.warning(
+                "Turn %s of task %s holds its thread past its time limit; its lease is left to lapse",
+                entry.turn.message_pk,
+                entry.turn.task_pk,
+                extra={"task_id": str(entry.turn.task_pk)},
+            )
         return late
 
     def renew(self, turns: list[Turn]) -> None:
-        """Renew the turns' leases; a turn whose lease another attempt holds now is let go."""
+        """Renew the turns' leases; a turn no longer theirs (closed, or another attempt's) is let go."""
         kept = {turn.message_pk for turn in on_this_thread(leases_renew, turns)}
         for turn in turns:
             if turn.message_pk not in kept:
@@ -94,27 +106,43 @@ class LeaseKeeper:
                 continue
             with self.lock:
                 held = self.held.get(turn.message_pk)
-                first = held is not None and not held.kept
+                first = held is not None and held.turn is turn and not held.kept
                 if first:
                     held.kept = True
             if first:
                 logger.info(
-                    "Turn %s of task %s: its agent holds the turn's thread; its lease is kept meanwhile",
+                    "Turn %s of task %s: its watcher is late (its agent may block the turn's loop); "
+                    "its lease is kept meanwhile",
                     turn.message_pk,
                     turn.task_pk,
+                    extra={"task_id": str(turn.task_pk)},
                 )
+
+    def pause(self, now: float) -> float:
+        """Seconds until the next lease held falls due (a heartbeat at most)."""
+        with self.lock:
+            turns = [entry.turn for entry in self.held.values()]
+        heartbeat = settings.A2A_TURN_HEARTBEAT
+        due = min((self._due_at(turn) for turn in turns), default=now + heartbeat)
+        return min(max(due - now, 0.01), heartbeat)
 
     def _keep(self) -> None:
         while True:
-            time.sleep(min(settings.A2A_TURN_HEARTBEAT, AHEAD * settings.A2A_TURN_LEASE))
+            self.wake.wait(self.pause(time.monotonic()))
+            self.wake.clear()
             late = []
             try:
                 late = self.due(time.monotonic())
                 if late:
                     self.renew(late)
+                    if self.failing:
+                        self.failing = False
+                        logger.info("The lease keeper reaches the database again")
             except UNAVAILABLE_ERRORS as exc:
-                # The fence stops those agents it can before their leases lapse.
-                logger.warning("Could not keep the leases of %d turn(s): %r", len(late), exc)
+                # The fence stops those agents it can before their leases lapse. Said once an outage.
+                if not self.failing:
+                    self.failing = True
+                    logger.warning("Could not keep the leases of %d turn(s): %r", len(late), exc)
             except Exception:
                 logger.exception("The lease keeper failed; it goes on")
 

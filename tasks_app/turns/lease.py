@@ -45,6 +45,10 @@ LOST = "lost"
 LAPSING = "lease lapsing"  # not renewed in time: the fence stopped the agent (run.Fence)
 TIMED_OUT = "timed out"
 
+# A running turn's watcher renews its lease at the latest this share of the lease
+# before its fence, whatever the heartbeat (run._watch; keeper.AHEAD just after it).
+RENEW_AHEAD = 0.1
+
 # A turn that could not renew its lease stops its agent this share of the lease
 # before the lease lapses: the margin for the clocks of the worker and the
 # sweeper's machine, and for the agent to let go of its cancellation.
@@ -59,7 +63,7 @@ class LeaseClock:
     """Until when this worker surely holds a turn's lease, on its monotonic clock.
 
     Moved on by every committed write that renewed the lease (the claim, the
-    watcher's renewals, each batch of events): a lease taken at `now` lasts
+    watcher's renewals, each batch of events, the keeper's renewals): a lease taken at `now` lasts
     until lease_end(now), and the write read time.monotonic() just before its
     `now`, so `until` is never later than the lease_until stored. The sweeper
     gives the turn to another worker once that has passed; run.Fence stops the
@@ -166,7 +170,9 @@ def turn_renew(turn: Turn) -> str | None:
 
 
 def leases_renew(turns: list[Turn]) -> list[Turn]:
-    """Renew the leases of turns in one statement; those renewed (another attempt holds the others)."""
+    """Renew the leases of turns in one statement; those renewed (the rest: closed, or another attempt's)."""
+    if not turns:
+        return []
     started = time.monotonic()
     where = " OR ".join([f"({_owned_where()})"] * len(turns))
     params = [sql.prep(Message, "lease_until", lease_end(timezone.now()))]

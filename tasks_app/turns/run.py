@@ -20,6 +20,7 @@ from tasks_app.turns.lease import (
     CANCELED,
     LAPSING,
     LOST,
+    RENEW_AHEAD,
     TIMED_OUT,
     Turn,
     TurnAborted,
@@ -42,9 +43,6 @@ LISTEN_AFTER = 0.25
 # Seconds the watcher waits on the channel layer beyond what it asked for.
 FEED_GRACE = 1.0
 
-# A lease is renewed at the latest this share of the lease before its fence.
-RENEW_AHEAD = 0.1
-
 
 def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn on this worker thread: claim it and run it on the thread's own loop."""
@@ -64,12 +62,12 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         if setup is None:
             return
         turn, executor, request_context, view = setup
-        # An agent that blocks this thread's loop holds the watcher up too: the keeper renews meanwhile.
-        keeper.hold(turn, until=time.monotonic() + turn.timeout + STOP_TIMEOUT)
         queue = TurnEventQueue(turn, view)
         if isinstance(executor, Exception):
             failed, executor = executor, None
             raise failed
+        # An agent that blocks this thread's loop holds the watcher up too: the keeper renews meanwhile.
+        keeper.hold(turn, until=time.monotonic() + turn.timeout + STOP_TIMEOUT)
         # At debug level: the turn's end says all at INFO, one line a turn.
         logger.debug(
             "Turn %s of task %s started (handler %s, attempt %s)",
@@ -86,7 +84,6 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         fence.disarm()
         if fence.fired:
-            keeper.drop(turn)  # the turn runs again elsewhere: its lease is left to lapse
             await _stop(task_pk, execution, watcher)
             lost = True
             logger.warning(
@@ -230,6 +227,9 @@ class Fence:
             return
         self.fired = True
         self.disarm()
+        # The turn runs again elsewhere: its lease is left to lapse. A renewal the keeper
+        # had already begun may still land, and only delays that run by a lease.
+        keeper.drop(self.turn)
         self.queue.close()
         self.execution.cancel()
 

@@ -102,40 +102,47 @@ def test_a_renewed_or_closed_turn_is_never_fenced():
 
 
 @override_settings(A2A_TURN_LEASE=LEASE, A2A_TURN_HEARTBEAT=2.0)
-def test_the_keeper_takes_only_turns_whose_watcher_is_late_and_lets_go_of_one_past_its_time():
+def test_the_keeper_takes_only_turns_whose_watcher_is_late_and_lets_go_of_a_late_one_past_its_time():
     keeper = LeaseKeeper(thread=False)
-    now = time.monotonic()
-    # The watcher renews after one heartbeat (2 s), the keeper after LATE_AFTER of them.
-    fresh = a_turn(renewed_ago=LATE_AFTER * 2.0 - 0.1, message_pk=1)
-    late = a_turn(renewed_ago=LATE_AFTER * 2.0 + 0.1, message_pk=2)
+    # The watcher renews after one heartbeat (2 s), the keeper after LATE_AFTER of them (3 s).
+    assert LATE_AFTER == 1.5
+    fresh = a_turn(renewed_ago=2.0, message_pk=1)
+    late = a_turn(renewed_ago=4.0, message_pk=2)
     closed = a_turn(renewed_ago=5.0, message_pk=3)
     closed.lease.release()
     stuck = a_turn(renewed_ago=5.0, message_pk=4)
+    quiet = a_turn(renewed_ago=0.0, message_pk=5)
+    now = time.monotonic()
     for turn in (fresh, late, closed):
         keeper.hold(turn, until=now + 60)
-    keeper.hold(stuck, until=now - 1)  # past its time limit (and the time its stop is given)
+    # Past their time limits (and the time a stop is given): a late one is let go, its lease
+    # lapses; one whose watcher keeps up is not the keeper's concern.
+    keeper.hold(stuck, until=now - 1)
+    keeper.hold(quiet, until=now - 1)
     assert keeper.due(now) == [late]
-    assert sorted(keeper.held) == [1, 2, 3]  # the stuck one is let go: its lease lapses
-    # A turn held again (its next turn on this thread) is not dropped by the last one's drop.
+    assert sorted(keeper.held) == [1, 2, 3, 5]
+    assert 0.01 <= keeper.pause(now) <= 1.0  # until fresh falls due
+    # A turn held again (its next attempt on this process) is not dropped by the last one's drop.
     keeper.drop(a_turn(renewed_ago=0.0, message_pk=2))
-    assert sorted(keeper.held) == [1, 2, 3]
+    assert sorted(keeper.held) == [1, 2, 3, 5]
     keeper.drop(late)
     assert keeper.due(now) == []
 
 
-def test_the_keeper_renews_late_leases_in_one_statement_and_lets_go_of_one_another_attempt_holds(stored):
+def test_the_keeper_renews_late_leases_in_one_statement_and_lets_go_of_those_no_longer_held(stored):
     keeper = LeaseKeeper(thread=False)
     with pytest.raises(Rollback), transaction.atomic():  # rolled back: nothing is dispatched
         caller = _caller()
         turns = []
-        for _ in range(2):
+        for _ in range(3):
             outcome = _send(caller)
             claim = Claim()
             assert turn_claim(str(outcome.task.pk), _first_turn(outcome), claim.start())
             turns.append(_prepare(str(outcome.task.pk), _first_turn(outcome), claim)[0])
-        kept, lost = turns
-        # Another attempt took the second turn: its lease is not this worker's to keep.
+        kept, lost, closed = turns
+        # Another attempt took the second turn, the third was closed: neither lease is this worker's.
         Message.objects.filter(pk=lost.message_pk).update(turn_attempts=F("turn_attempts") + 1)
+        Message.objects.filter(pk=closed.message_pk).update(turn=Message.Turn.DONE)
         for turn in turns:
             Message.objects.filter(pk=turn.message_pk).update(lease_until=timezone.now())
             keeper.hold(turn, until=time.monotonic() + 60)
@@ -145,20 +152,23 @@ def test_the_keeper_renews_late_leases_in_one_statement_and_lets_go_of_one_anoth
         assert len(queries.captured_queries) == 1
         assert kept.lease.fence_at() > fence_before
         assert list(keeper.held) == [kept.message_pk]
-        stored = Message.objects.filter(pk__in=[turn.message_pk for turn in turns])
-        leases = dict(stored.values_list("pk", "lease_until"))
+        rows = Message.objects.filter(pk__in=[turn.message_pk for turn in turns])
+        leases = dict(rows.values_list("pk", "lease_until"))
         assert leases[kept.message_pk] > timezone.now() + timedelta(seconds=settings.A2A_TURN_LEASE / 2)
         assert leases[lost.message_pk] <= timezone.now()
+        assert leases[closed.message_pk] <= timezone.now()
         raise Rollback
 
 
-def _send_with_a_short_lease(db_settings, log_dir, agent: str, heartbeat: str) -> dict:
-    """A blocking send to `agent` on a web process of its own with a 1 s lease; the task answered."""
+def _send_with_a_short_lease(
+    db_settings, log_dir, agent: str, lease: str, heartbeat: str
+) -> tuple[dict, str]:
+    """A blocking send to `agent` on a web process of its own, under a short lease: (task, web log)."""
     web = start_web(
         db_settings,
         log_dir,
         name=f"web-{agent}",
-        extra_env={"A2A_TURN_LEASE": "1", "A2A_TURN_HEARTBEAT": heartbeat, "A2A_SWEEP_INTERVAL": "0.5"},
+        extra_env={"A2A_TURN_LEASE": lease, "A2A_TURN_HEARTBEAT": heartbeat, "A2A_SWEEP_INTERVAL": "0.5"},
     )
     try:
         body = {
@@ -168,7 +178,7 @@ def _send_with_a_short_lease(db_settings, log_dir, agent: str, heartbeat: str) -
             "params": user_message("sleep on it", f"lease-{uuid.uuid4()}"),
         }
         answer = httpx.post(web.agent_url(agent), json=body, headers={"A2A-Version": "1.0"}, timeout=60)
-        return answer.json()["result"]["task"]
+        return answer.json()["result"]["task"], web.processes[0].output()
     finally:
         web.stop()
 
@@ -187,13 +197,16 @@ def test_a_silent_turn_on_a_healthy_database_is_never_fenced_whatever_the_heartb
     # A heartbeat longer than the fence's share of the lease: the watcher renews ahead of
     # the fence, so an agent that writes nothing for a while is not stopped and run again.
     _agent("sleeper-fenced", "sleeper", config={"seconds": 3})
-    _ran_once(_send_with_a_short_lease(db_settings, log_dir, "sleeper-fenced", heartbeat="0.95"))
+    task, _ = _send_with_a_short_lease(db_settings, log_dir, "sleeper-fenced", lease="1", heartbeat="0.95")
+    _ran_once(task)
 
 
 @pytest.mark.skipif(SERVICES_MODE, reason="the turn runs in the web process only on the embedded default")
 def test_an_agent_that_blocks_its_loop_keeps_its_lease_on_a_healthy_database(stored, db_settings, log_dir):
     # A synchronous call in an async execute() holds the turn's loop, and its watcher with it,
-    # for three leases. The process's lease keeper renews the lease meanwhile: the agent is
-    # not stopped at the fence as it comes back, nor run again by the sweeper while it works.
-    _agent("sleeper-blocking", "sleeper", config={"seconds": 3, "blocking": True})
-    _ran_once(_send_with_a_short_lease(db_settings, log_dir, "sleeper-blocking", heartbeat="0.3"))
+    # for two and a half leases. The process's lease keeper renews the lease meanwhile: the
+    # agent is not stopped at the fence as it comes back, nor run again by the sweeper.
+    _agent("sleeper-blocking", "sleeper", config={"seconds": 5, "blocking": True})
+    task, log = _send_with_a_short_lease(db_settings, log_dir, "sleeper-blocking", lease="2", heartbeat="0.5")
+    _ran_once(task)
+    assert "its lease is kept meanwhile" in log

@@ -17,6 +17,7 @@ and the fence works as before.
 """
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -53,7 +54,9 @@ class LeaseKeeper:
         self.held: dict[int, _Held] = {}
         self.thread: threading.Thread | None = None
         self.threaded = thread
-        self.wake = threading.Event()  # a turn was held: when its lease falls due may come first
+        # Set by hold() for a turn whose lease falls due before the thread's next wake-up.
+        self.wake = threading.Event()
+        self.next_wake = math.inf  # time.monotonic(); inf while the thread works out when
         self.failing = False  # the last renewal could not reach the database
 
     def hold(self, turn: Turn, until: float) -> None:
@@ -63,7 +66,8 @@ class LeaseKeeper:
             if self.threaded and self.thread is None:
                 self.thread = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
                 self.thread.start()
-        self.wake.set()
+        if self._due_at(turn) < self.next_wake:  # only with a heartbeat near the lease: rarely
+            self.wake.set()
 
     def drop(self, turn: Turn) -> None:
         with self.lock:
@@ -128,8 +132,12 @@ class LeaseKeeper:
 
     def _keep(self) -> None:
         while True:
-            self.wake.wait(self.pause(time.monotonic()))
+            self.next_wake = math.inf
             self.wake.clear()
+            now = time.monotonic()
+            pause = self.pause(now)
+            self.next_wake = now + pause
+            self.wake.wait(pause)
             late = []
             try:
                 late = self.due(time.monotonic())

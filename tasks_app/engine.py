@@ -25,8 +25,10 @@ Agent code should not block either loop (the a2a-sdk contract: execute() is a
 coroutine that awaits, as it is under the SDK's own server). One that blocks a
 turn's loop holds its watcher, time limit and cancel up until it gives the
 loop back; its lease is kept meanwhile (tasks_app/turns/keeper.py). A turn whose
-agent ignores cancellation stays behind on its loop as an abandoned
-coroutine, and goes on only while that thread runs its next turn.
+agent ignores cancellation leaves it behind on its loop as an abandoned
+coroutine, and the thread closes that loop once the turn is over
+(retire_loop): the agent never takes another step, not even during the
+thread's next turn. On the engine loop an abandoned coroutine stays.
 """
 
 import asyncio
@@ -89,6 +91,8 @@ class _Driven:
         self.main: asyncio.Task | None = None
         self.grace: asyncio.TimerHandle | None = None
         self.after_calls: Callable[[], None] | None = None
+        # Closed once run_here returns (retire_loop): a coroutine was abandoned on it.
+        self.retired = False
 
     def settled(self) -> bool:
         return self.main is not None and self.main.done() and not self.fired
@@ -161,9 +165,10 @@ def run_here(coro):
         if driven.grace is not None:
             driven.grace.cancel()
             driven.grace = None
-        if not ended:
-            # Out by an exception of the thread's own (KeyboardInterrupt, SystemExit):
-            # nothing of this turn may run, or write, during the thread's next one.
+        if not ended or driven.retired:
+            # Out by an exception of the thread's own (KeyboardInterrupt, SystemExit), or a
+            # coroutine abandoned on the loop (retire_loop): nothing of this turn may run, or
+            # write, during the thread's next one. The next run_here starts a new loop.
             _here.driven = None
             for task in asyncio.all_tasks(driven.loop):
                 task.cancel()
@@ -210,6 +215,22 @@ def after_each_call(check: Callable[[], None]) -> bool:
     if driven is None or driven.loop is not asyncio.get_running_loop():
         return False
     driven.after_calls = check
+    return True
+
+
+def retire_loop() -> bool:
+    """From a coroutine run_here runs: close this thread's loop once run_here returns.
+
+    For a coroutine abandoned because it swallowed its cancellation (an agent
+    stopped by force): left on the loop, it would go on whenever the thread
+    runs its next turn. Its loop is closed instead, and never runs again; the
+    thread's next run_here starts a new one. False where no run_here drives
+    the caller's loop (the engine loop: what is abandoned there stays).
+    """
+    driven = _driving()
+    if driven is None or driven.loop is not asyncio.get_running_loop():
+        return False
+    driven.retired = True
     return True
 
 

@@ -133,6 +133,8 @@ class TickerExecutor(AgentExecutor):
 
     def __init__(self, config: dict | None = None):
         self.seconds = float((config or {}).get("seconds", 5))
+        # Swallows its cancellation (and a closed queue's refusal) and ticks on, reporting no more.
+        self.swallow = bool((config or {}).get("swallow", False))
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         import asyncio
@@ -145,13 +147,19 @@ class TickerExecutor(AgentExecutor):
         execution = uuid.uuid4().hex
         ends = time.monotonic() + self.seconds
         tick = 0
+        stopped = False
         while time.monotonic() < ends:
             with open(os.environ["A2A_TEST_TICKS"], "a") as ticks:
                 ticks.write(f"{task.id} {execution} {time.time():.3f}\n")
-            if tick % 5 == 0:
-                await updater.update_status(TaskState.TASK_STATE_WORKING)
+            try:
+                if tick % 5 == 0 and not stopped:
+                    await updater.update_status(TaskState.TASK_STATE_WORKING)
+                await asyncio.sleep(0.1)
+            except (asyncio.CancelledError, Exception):
+                if not self.swallow:
+                    raise
+                stopped = True
             tick += 1
-            await asyncio.sleep(0.1)
         await updater.update_status(TaskState.TASK_STATE_COMPLETED)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

@@ -22,7 +22,8 @@ agent's time limit. A turn whose lease was not renewed in time (the database
 is out of reach) has its agent stopped before the lease lapses (run.Fence),
 so no two executions of one turn ever work at the same time. A stopped agent
 gets STOP_TIMEOUT seconds to let go of its cancellation; one that swallows it
-is abandoned on its thread's loop, and the worker thread is free again.
+is abandoned on its thread's loop, which the thread closes once the turn is
+over (it never runs again), and the worker thread is free again.
 
 A turn run again (attempt 2 or later, after its worker was lost) first undoes
 what the lost attempt wrote to the task (its agent messages, artifact changes

@@ -54,7 +54,8 @@ async def _bounded(coro, timeout: float):
     Not asyncio.timeout: that cancels the awaiting task itself, and an agent's
     coroutine that swallows the cancellation keeps its caller waiting for ever
     (and its worker thread with it). Here it is cancelled and abandoned on its
-    loop, as a stopped turn's execute() is; its caller goes on.
+    loop, as a stopped turn's execute() is (on a turn's loop, which is closed
+    after the turn: engine.retire_loop); its caller goes on.
     """
     running = asyncio.ensure_future(coro)
     try:
@@ -64,6 +65,7 @@ async def _bounded(coro, timeout: float):
         raise
     if not done:
         running.cancel()
+        engine.retire_loop()  # on a turn's loop: closed after the turn, the cancel() never goes on
         raise TimeoutError
     return running.result()
 

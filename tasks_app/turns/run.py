@@ -163,12 +163,14 @@ async def turn_drive(task_pk, message_pk: int) -> None:
 async def _stop(task_pk, execution: asyncio.Future, *others: asyncio.Future) -> None:
     """Cancel the agent's execution (and the others) and give them STOP_TIMEOUT to end.
 
-    An agent that swallows its cancellation is abandoned on the thread's loop.
+    An agent that swallows its cancellation is abandoned on the thread's loop,
+    which the thread closes once the turn is over (engine.retire_loop).
     """
     for stopped in (execution, *others):
         stopped.cancel()
     await asyncio.wait({execution, *others}, timeout=STOP_TIMEOUT)
     if not execution.done():
+        engine.retire_loop()
         logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
 
 

@@ -4,10 +4,12 @@ import time
 import uuid
 
 import httpx
+import pytest
 
 from agents.models import Agent
 from tenants.models import Tenant
-from tests.conftest import user_message
+from tests.conftest import SERVICES_MODE, user_message
+from tests.live import start_web
 
 # Turns a worker (or the embedded default) runs at once.
 WORKER_THREADS = 8
@@ -74,3 +76,49 @@ def test_cancel_stops_an_agent_that_swallows_cancellation_and_frees_its_worker(r
     assert time.monotonic() - started < 15
     assert all(_state(rpc, task_id) == "TASK_STATE_CANCELED" for task_id in task_ids)
     httpx.get(f"{server.base_url}/healthz", timeout=5).raise_for_status()
+
+
+@pytest.mark.skipif(SERVICES_MODE, reason="the turn runs in the web process only on the embedded default")
+def test_an_agent_that_swallows_its_cancellation_never_runs_again_on_its_thread(stored, db_settings, log_dir):
+    # One worker thread: the stubborn agent is canceled, swallows it, and is abandoned on the
+    # thread's loop; the next turn (a sleeper, 1.5 s on that thread) must not bring it back to life.
+    _agent("stubborn-ticker", "ticker", config={"seconds": 60, "swallow": True})
+    _agent("sleeper-next", "sleeper", config={"seconds": 1.5})
+    ticks = log_dir / f"ticks-{uuid.uuid4().hex}.txt"
+    ticks.write_text("")
+    web = start_web(
+        db_settings,
+        log_dir,
+        name="web-stubborn-ticker",
+        extra_env={"EMBEDDED_WORKER_THREADS": "1", "A2A_TEST_TICKS": str(ticks)},
+    )
+
+    def call(agent: str, method: str, params: dict) -> dict:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        answer = httpx.post(web.agent_url(agent), json=body, headers={"A2A-Version": "1.0"}, timeout=60)
+        return answer.json()["result"]
+
+    try:
+        params = user_message("tick", f"stubborn-ticker-{uuid.uuid4()}")
+        params["configuration"] = {"returnImmediately": True}
+        task_id = call("stubborn-ticker", "SendMessage", params)["task"]["id"]
+        assert _wait(lambda: ticks.read_text().count("\n") >= 5, 30), "the ticker never got going"
+        canceled = call("stubborn-ticker", "CancelTask", {"id": task_id})
+        assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+        assert _wait(lambda: "ignored its cancellation; abandoned" in web.processes[0].output(), 30)
+        abandoned_at = time.time()
+        answer = call("sleeper-next", "SendMessage", user_message("next", f"sleeper-next-{uuid.uuid4()}"))
+        assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        late = [line for line in ticks.read_text().splitlines() if float(line.split()[2]) > abandoned_at]
+        assert late == [], f"the abandoned agent ticked on during the thread's next turn: {len(late)} ticks"
+    finally:
+        web.stop()
+
+
+def _wait(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -135,6 +135,47 @@ def test_what_a_turn_fired_is_done_before_the_thread_goes_on(stored):
     coro.close()
 
 
+def test_a_loop_that_a_coroutine_was_abandoned_on_is_closed_and_the_next_turn_gets_a_new_one():
+    steps = []
+
+    async def stubborn():
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+                steps.append(time.monotonic())
+            except asyncio.CancelledError:
+                continue  # swallowed
+
+    async def stopped_by_force():
+        agent = asyncio.ensure_future(stubborn())
+        await asyncio.sleep(0.05)
+        agent.cancel()
+        await asyncio.wait({agent}, timeout=0.05)
+        assert not agent.done()
+        assert engine.retire_loop()  # as run._stop does when it abandons an agent
+        return asyncio.get_running_loop()
+
+    async def next_turn():
+        await asyncio.sleep(0.3)
+        return asyncio.get_running_loop()
+
+    def two_turns():
+        first = engine.run_here(stopped_by_force())
+        after = time.monotonic()
+        second = engine.run_here(next_turn())
+        return first, second, after
+
+    first, second, after = on_a_worker_thread(two_turns)
+    assert first.is_closed() and second is not first
+    assert steps and max(steps) < after, "the abandoned coroutine took a step during the next turn"
+    # Off a turn's loop there is nothing to retire.
+    assert asyncio.run(_retire_here()) is False
+
+
+async def _retire_here() -> bool:
+    return engine.retire_loop()
+
+
 def test_a_stuck_publish_does_not_hold_the_thread(stored, monkeypatch):
     monkeypatch.setattr(engine, "FIRED_GRACE", 0.3)
     outcome = []

@@ -162,3 +162,11 @@ class RedisPubSubLayer(RedisPubSubChannelLayer):
             )
             _wrap_close(self, loop)
         return layer
+
+    def forget_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Let go of a loop's connections without running it (tasks_app.engine retires a worker's loop).
+
+        Closing the loop as usual (_wrap_close) would run it to flush them, and
+        with it what was abandoned on it. Its connections are dropped with it.
+        """
+        self._layers.pop(loop, None)

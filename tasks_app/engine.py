@@ -26,9 +26,9 @@ coroutine that awaits, as it is under the SDK's own server). One that blocks a
 turn's loop holds its watcher, time limit and cancel up until it gives the
 loop back; its lease is kept meanwhile (tasks_app/turns/keeper.py). A turn whose
 agent ignores cancellation leaves it behind on its loop as an abandoned
-coroutine, and the thread closes that loop once the turn is over
-(retire_loop): the agent never takes another step, not even during the
-thread's next turn. On the engine loop an abandoned coroutine stays.
+coroutine, and the thread closes that loop, without running it again, once
+the turn is over (retire_loop): the agent takes no step after that, not even
+during the thread's next turn. On the engine loop an abandoned coroutine stays.
 """
 
 import asyncio
@@ -39,6 +39,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+
+from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +97,8 @@ class _Driven:
         self.retired = False
 
     def settled(self) -> bool:
-        return self.main is not None and self.main.done() and not self.fired
+        # A retired loop does not wait for what was fired: it never runs again (retire_loop).
+        return self.main is not None and self.main.done() and (not self.fired or self.retired)
 
     def stop_if_settled(self) -> None:
         if self.settled():
@@ -165,14 +168,35 @@ def run_here(coro):
         if driven.grace is not None:
             driven.grace.cancel()
             driven.grace = None
-        if not ended or driven.retired:
-            # Out by an exception of the thread's own (KeyboardInterrupt, SystemExit), or a
-            # coroutine abandoned on the loop (retire_loop): nothing of this turn may run, or
-            # write, during the thread's next one. The next run_here starts a new loop.
+        if driven.retired:
+            _here.driven = None
+            _retire(driven.loop)
+        elif not ended:
+            # Out by an exception of the thread's own (KeyboardInterrupt, SystemExit):
+            # nothing of this turn may run, or write, during the thread's next one.
             _here.driven = None
             for task in asyncio.all_tasks(driven.loop):
                 task.cancel()
             driven.loop.close()
+
+
+def _retire(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a thread's loop without running it again: what was abandoned on it takes no more steps.
+
+    Its tasks are not cancelled (a cancel is a step: one that swallows it goes
+    on) but left pending, and dropped with the loop without the error line
+    asyncio logs for each such task it collects. The channel layer forgets the
+    loop's connections instead of flushing them, which would run the loop; the
+    loop's own close is called past the wrapper that flushes them.
+    """
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task._log_destroy_pending = False
+    forget = getattr(get_channel_layer(), "forget_loop", None)
+    if forget is not None:
+        forget(loop)
+    type(loop).close(loop)
+    logger.warning("Closed a worker thread's loop with %d task(s) abandoned on it", len(tasks))
 
 
 def _driving() -> _Driven | None:
@@ -223,9 +247,12 @@ def retire_loop() -> bool:
 
     For a coroutine abandoned because it swallowed its cancellation (an agent
     stopped by force): left on the loop, it would go on whenever the thread
-    runs its next turn. Its loop is closed instead, and never runs again; the
-    thread's next run_here starts a new one. False where no run_here drives
-    the caller's loop (the engine loop: what is abandoned there stays).
+    runs its next turn. Once the coroutine run_here runs has returned, its loop
+    is closed instead, without waiting for what was fired on it, and never
+    runs again (_retire); the thread's next run_here starts a new one. Until
+    then the abandoned coroutine still takes steps whenever the loop does.
+    False where no run_here drives the caller's loop (the engine loop: what is
+    abandoned there stays).
     """
     driven = _driving()
     if driven is None or driven.loop is not asyncio.get_running_loop():

@@ -18,6 +18,7 @@ from tasks_app.turns.closing import turn_finish
 from tasks_app.turns.keeper import keeper
 from tasks_app.turns.lease import (
     CANCELED,
+    FENCE_BEFORE,
     LAPSING,
     LOST,
     RENEW_AHEAD,
@@ -84,7 +85,9 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         await asyncio.wait({execution, watcher}, return_when=asyncio.FIRST_COMPLETED)
         fence.disarm()
         if fence.fired:
-            await _stop(task_pk, execution, watcher)
+            # One that swallows its cancellation is abandoned, and its loop closed, while
+            # the lease is surely still this worker's: it takes no step during the re-run.
+            await _stop(task_pk, execution, watcher, timeout=fence.stop_within())
             lost = True
             logger.warning(
                 "Turn %s of task %s could not renew its lease: its agent was stopped before the lease "
@@ -160,15 +163,17 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             )
 
 
-async def _stop(task_pk, execution: asyncio.Future, *others: asyncio.Future) -> None:
-    """Cancel the agent's execution (and the others) and give them STOP_TIMEOUT to end.
+async def _stop(
+    task_pk, execution: asyncio.Future, *others: asyncio.Future, timeout: float = STOP_TIMEOUT
+) -> None:
+    """Cancel the agent's execution (and the others) and give them `timeout` seconds to end.
 
     An agent that swallows its cancellation is abandoned on the thread's loop,
     which the thread closes once the turn is over (engine.retire_loop).
     """
     for stopped in (execution, *others):
         stopped.cancel()
-    await asyncio.wait({execution, *others}, timeout=STOP_TIMEOUT)
+    await asyncio.wait({execution, *others}, timeout=timeout)
     if not execution.done():
         engine.retire_loop()
         logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
@@ -234,6 +239,11 @@ class Fence:
         keeper.drop(self.turn)
         self.queue.close()
         self.execution.cancel()
+
+    def stop_within(self) -> float:
+        """Seconds a fenced agent gets to stop: up to half-way from now to the lease's end."""
+        left = self.turn.lease.until - time.monotonic() - FENCE_BEFORE / 2 * settings.A2A_TURN_LEASE
+        return max(0.0, min(STOP_TIMEOUT, left))
 
     def _on_time(self) -> None:
         self.timer = None

@@ -84,6 +84,20 @@ def test_an_agent_whose_lease_was_not_renewed_is_stopped_at_the_fence_with_its_b
 
 
 @override_settings(A2A_TURN_LEASE=LEASE)
+def test_a_fenced_agent_is_given_until_half_way_to_the_lapse_to_stop():
+    # Fenced on time (a fifth of the lease before the lapse), it gets a tenth of the lease; fenced
+    # late (a database call held the thread), nothing: abandoned at once, its loop closed.
+    async def stop_within(renewed_ago: float) -> float:
+        execution = asyncio.ensure_future(asyncio.sleep(0))
+        fence = Fence(a_turn(renewed_ago=renewed_ago), execution, TurnEventQueue(a_turn(renewed_ago)))
+        await execution
+        return fence.stop_within()
+
+    assert 0.95 <= asyncio.run(stop_within(LEASE * 0.8)) <= 1.0
+    assert asyncio.run(stop_within(LEASE * 0.95)) == 0.0
+
+
+@override_settings(A2A_TURN_LEASE=LEASE)
 def test_a_renewed_or_closed_turn_is_never_fenced():
     async def run(renew) -> Fence:
         turn = a_turn(renewed_ago=0.8 * LEASE - 0.1)

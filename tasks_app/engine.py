@@ -185,17 +185,23 @@ def _retire(loop: asyncio.AbstractEventLoop) -> None:
 
     Its tasks are not cancelled (a cancel is a step: one that swallows it goes
     on) but left pending, and dropped with the loop without the error line
-    asyncio logs for each such task it collects. The channel layer forgets the
+    asyncio logs for each such task it collects. Collected, a coroutine gets
+    GeneratorExit: its own `finally` clauses are what may still run of it. The channel layer forgets the
     loop's connections instead of flushing them, which would run the loop; the
     loop's own close is called past the wrapper that flushes them.
     """
     tasks = asyncio.all_tasks(loop)
-    for task in tasks:
-        task._log_destroy_pending = False
-    forget = getattr(get_channel_layer(), "forget_loop", None)
-    if forget is not None:
-        forget(loop)
-    type(loop).close(loop)
+    try:
+        for task in tasks:
+            task._log_destroy_pending = False
+        forget = getattr(get_channel_layer(), "forget_loop", None)
+        if forget is not None:
+            forget(loop)
+    except Exception:
+        # Never in place of the turn's own outcome (this runs as run_here returns it).
+        logger.exception("Could not let go of a retired loop's channel layer connections")
+    finally:
+        type(loop).close(loop)
     logger.warning("Closed a worker thread's loop with %d task(s) abandoned on it", len(tasks))
 
 
@@ -266,9 +272,11 @@ def fire_here(coro) -> bool:
 
     For synchronous code run by call_here (an on_commit hook): the coroutine
     runs once the loop goes on, and run_here finishes it before it returns.
+    Not on a retired loop (retire_loop): that one is closed without waiting
+    for it, and the caller uses the engine loop.
     """
     driven = _driving()
-    if driven is None:
+    if driven is None or driven.retired:
         return False
     task = driven.loop.create_task(coro)
     driven.fired.add(task)

@@ -38,6 +38,9 @@ logger = logging.getLogger("tasks_app.turns")
 # stop. Code can swallow a cancellation; the turn must finish regardless.
 STOP_TIMEOUT = 5.0
 
+# The least a stopped agent gets to let go of its cancellation.
+STOP_AT_LEAST = 0.1
+
 # Seconds a turn runs before it listens for its task's cancellation.
 LISTEN_AFTER = 0.25
 
@@ -113,7 +116,9 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         else:
             reason = watcher.result()
             queue.close()
-            await _stop(task_pk, execution)
+            # A lost lease is another attempt's already: its agent gets no more than a fenced one.
+            lost_within = min(STOP_TIMEOUT, FENCE_BEFORE / 2 * settings.A2A_TURN_LEASE)
+            await _stop(task_pk, execution, timeout=lost_within if reason == LOST else STOP_TIMEOUT)
             if reason == LOST and queue.finished:
                 lost = True  # the agent's own last batch closed the turn; nothing was lost
             elif reason == LOST:
@@ -241,9 +246,13 @@ class Fence:
         self.execution.cancel()
 
     def stop_within(self) -> float:
-        """Seconds a fenced agent gets to stop: up to half-way from now to the lease's end."""
+        """Seconds a fenced agent gets to stop: until half-way from the fence to the lapse.
+
+        Fenced late (a database call held the thread past the fence), still
+        STOP_AT_LEAST, for an agent that needs a step or two to let go.
+        """
         left = self.turn.lease.until - time.monotonic() - FENCE_BEFORE / 2 * settings.A2A_TURN_LEASE
-        return max(0.0, min(STOP_TIMEOUT, left))
+        return max(STOP_AT_LEAST, min(STOP_TIMEOUT, left))
 
     def _on_time(self) -> None:
         self.timer = None
@@ -302,4 +311,5 @@ async def _watch(turn: Turn, fence: Fence) -> str:
                     return status
                 next_renewal = loop.time() + settings.A2A_TURN_HEARTBEAT
     finally:
-        await feed.close()
+        # Bounded: a fenced turn's agent is stopped only once the watcher is back.
+        await _bounded(feed.close(), FEED_GRACE)

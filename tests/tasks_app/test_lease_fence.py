@@ -25,7 +25,7 @@ from tasks_app.turns import turn_claim
 from tasks_app.turns.batches import TurnEventQueue
 from tasks_app.turns.keeper import LATE_AFTER, LeaseKeeper
 from tasks_app.turns.lease import Turn
-from tasks_app.turns.run import Fence
+from tasks_app.turns.run import STOP_AT_LEAST, STOP_TIMEOUT, Fence
 from tasks_app.turns.setup import Claim, _prepare
 from tests.conftest import SERVICES_MODE, user_message
 from tests.live import start_web
@@ -86,7 +86,7 @@ def test_an_agent_whose_lease_was_not_renewed_is_stopped_at_the_fence_with_its_b
 @override_settings(A2A_TURN_LEASE=LEASE)
 def test_a_fenced_agent_is_given_until_half_way_to_the_lapse_to_stop():
     # Fenced on time (a fifth of the lease before the lapse), it gets a tenth of the lease; fenced
-    # late (a database call held the thread), nothing: abandoned at once, its loop closed.
+    # late (a database call held the thread), a moment to let go; never more than STOP_TIMEOUT.
     async def stop_within(renewed_ago: float) -> float:
         execution = asyncio.ensure_future(asyncio.sleep(0))
         fence = Fence(a_turn(renewed_ago=renewed_ago), execution, TurnEventQueue(a_turn(renewed_ago)))
@@ -94,7 +94,8 @@ def test_a_fenced_agent_is_given_until_half_way_to_the_lapse_to_stop():
         return fence.stop_within()
 
     assert 0.95 <= asyncio.run(stop_within(LEASE * 0.8)) <= 1.0
-    assert asyncio.run(stop_within(LEASE * 0.95)) == 0.0
+    assert asyncio.run(stop_within(LEASE * 0.95)) == STOP_AT_LEAST
+    assert asyncio.run(stop_within(0.0)) == STOP_TIMEOUT
 
 
 @override_settings(A2A_TURN_LEASE=LEASE)

@@ -186,9 +186,10 @@ def _retire(loop: asyncio.AbstractEventLoop) -> None:
     Its tasks are not cancelled (a cancel is a step: one that swallows it goes
     on) but left pending, and dropped with the loop without the error line
     asyncio logs for each such task it collects. Collected, a coroutine gets
-    GeneratorExit: its own `finally` clauses are what may still run of it. The channel layer forgets the
-    loop's connections instead of flushing them, which would run the loop; the
-    loop's own close is called past the wrapper that flushes them.
+    GeneratorExit: its own `finally` clauses are what may still run of it.
+    The channel layer forgets the loop's connections instead of flushing
+    them, which would run the loop; the loop's own close is called past the
+    wrapper that flushes them.
     """
     tasks = asyncio.all_tasks(loop)
     try:

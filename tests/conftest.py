@@ -1,3 +1,4 @@
+import functools
 import os
 import time
 from pathlib import Path
@@ -113,31 +114,33 @@ def server(db_settings, log_dir) -> Platform:
     server.stop()
 
 
+def rpc_to(
+    platform,
+    method: str,
+    params: dict | None = None,
+    *,
+    agent: str = "echo",
+    tenant: str = "demo",
+    version: str | None = "1.0",
+    request_id="req-1",
+    headers: dict | None = None,
+) -> dict:
+    """POST one JSON-RPC call to an agent of a running platform (tests/live.Platform); its decoded answer."""
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        body["params"] = params
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    if version:
+        sent["A2A-Version"] = version
+    response = httpx.post(platform.agent_url(agent, tenant), json=body, headers=sent, timeout=30)
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    return response.json()
+
+
 @pytest.fixture
 def rpc(server):
-    """POST one JSON-RPC call to an agent and return the decoded response."""
-
-    def call(
-        method: str,
-        params: dict | None = None,
-        *,
-        agent: str = "echo",
-        tenant: str = "demo",
-        version: str | None = "1.0",
-        request_id="req-1",
-        headers: dict | None = None,
-    ) -> dict:
-        body = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            body["params"] = params
-        sent = {"Content-Type": "application/json", **(headers or {})}
-        if version:
-            sent["A2A-Version"] = version
-        response = httpx.post(server.agent_url(agent, tenant), json=body, headers=sent, timeout=30)
-        assert response.headers["content-type"].startswith("application/json"), response.text
-        return response.json()
-
-    return call
+    """POST one JSON-RPC call to an agent of the session's server and return the decoded response."""
+    return functools.partial(rpc_to, server)
 
 
 def user_message(text: str, message_id: str, **fields) -> dict:

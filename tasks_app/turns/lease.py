@@ -63,9 +63,10 @@ class LeaseClock:
     """Until when this worker surely holds a turn's lease, on its monotonic clock.
 
     Moved on by every committed write that renewed the lease (the claim, the
-    watcher's renewals, each batch of events, the keeper's renewals): a lease taken at `now` lasts
-    until lease_end(now), and the write read time.monotonic() just before its
-    `now`, so `until` is never later than the lease_until stored. The sweeper
+    watcher's renewals, each batch of events, the keeper's renewals): a lease
+    taken at `now` lasts until lease_end(now), and the write read
+    time.monotonic() just before its `now`, so `until` is never later than
+    the lease_until stored. The sweeper
     gives the turn to another worker once that has passed; run.Fence stops the
     agent FENCE_BEFORE of the lease ahead of it. A closed turn (released) has
     no lease left to watch.

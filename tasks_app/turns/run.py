@@ -117,8 +117,11 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             reason = watcher.result()
             queue.close()
             # A lost lease is another attempt's already: its agent gets no more than a fenced one.
-            lost_within = min(STOP_TIMEOUT, FENCE_BEFORE / 2 * settings.A2A_TURN_LEASE)
-            await _stop(task_pk, execution, timeout=lost_within if reason == LOST else STOP_TIMEOUT)
+            await _stop(
+                task_pk,
+                execution,
+                timeout=min(STOP_TIMEOUT, _stop_margin()) if reason == LOST else STOP_TIMEOUT,
+            )
             if reason == LOST and queue.finished:
                 lost = True  # the agent's own last batch closed the turn; nothing was lost
             elif reason == LOST:
@@ -182,6 +185,11 @@ async def _stop(
     if not execution.done():
         engine.retire_loop()
         logger.warning("The agent of task %s ignored its cancellation; abandoned", task_pk)
+
+
+def _stop_margin() -> float:
+    """Half the fence's share of the lease: a stopped agent is abandoned this long before the lapse."""
+    return FENCE_BEFORE / 2 * settings.A2A_TURN_LEASE
 
 
 def _outcome(error: BaseException | None, lost: bool, canceled: bool) -> str:
@@ -251,7 +259,7 @@ class Fence:
         Fenced late (a database call held the thread past the fence), still
         STOP_AT_LEAST, for an agent that needs a step or two to let go.
         """
-        left = self.turn.lease.until - time.monotonic() - FENCE_BEFORE / 2 * settings.A2A_TURN_LEASE
+        left = self.turn.lease.until - time.monotonic() - _stop_margin()
         return max(STOP_AT_LEAST, min(STOP_TIMEOUT, left))
 
     def _on_time(self) -> None:

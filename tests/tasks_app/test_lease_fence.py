@@ -11,7 +11,6 @@ import time
 import uuid
 from datetime import timedelta
 
-import httpx
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
@@ -27,7 +26,7 @@ from tasks_app.turns.keeper import LATE_AFTER, LeaseKeeper
 from tasks_app.turns.lease import Turn
 from tasks_app.turns.run import STOP_AT_LEAST, STOP_TIMEOUT, Fence
 from tasks_app.turns.setup import Claim, _prepare
-from tests.conftest import SERVICES_MODE, user_message
+from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web
 from tests.tasks_app.test_query_counts import Rollback, _caller, _first_turn, _send
 from tests.tasks_app.test_turn_limits import _agent
@@ -186,14 +185,8 @@ def _send_with_a_short_lease(
         extra_env={"A2A_TURN_LEASE": lease, "A2A_TURN_HEARTBEAT": heartbeat, "A2A_SWEEP_INTERVAL": "0.5"},
     )
     try:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": user_message("sleep on it", f"lease-{uuid.uuid4()}"),
-        }
-        answer = httpx.post(web.agent_url(agent), json=body, headers={"A2A-Version": "1.0"}, timeout=60)
-        return answer.json()["result"]["task"], web.processes[0].output()
+        answer = rpc_to(web, "SendMessage", user_message("sleep on it", f"lease-{uuid.uuid4()}"), agent=agent)
+        return answer["result"]["task"], web.processes[0].output()
     finally:
         web.stop()
 

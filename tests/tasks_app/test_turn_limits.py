@@ -8,7 +8,7 @@ import pytest
 
 from agents.models import Agent
 from tenants.models import Tenant
-from tests.conftest import SERVICES_MODE, user_message
+from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web
 
 # Turns a worker (or the embedded default) runs at once.
@@ -94,9 +94,7 @@ def test_an_agent_that_swallows_its_cancellation_never_runs_again_on_its_thread(
     )
 
     def call(agent: str, method: str, params: dict) -> dict:
-        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        answer = httpx.post(web.agent_url(agent), json=body, headers={"A2A-Version": "1.0"}, timeout=60)
-        return answer.json()["result"]
+        return rpc_to(web, method, params, agent=agent)["result"]
 
     try:
         params = user_message("tick", f"stubborn-ticker-{uuid.uuid4()}")

@@ -270,6 +270,7 @@ def _check_json_value(field, value, where: str) -> None:
             raise InvalidParamsError(message=f"Invalid params: {where} is not valid base64")
     elif field.type == FieldDescriptor.TYPE_ENUM and isinstance(value, str):
         enum = field.enum_type
+        _check_utf8(value, where)  # protobuf's lookup of a name it cannot encode raises
         if enum.full_name != "google.protobuf.NullValue" and value not in enum.values_by_name:
             names = ", ".join(v.name for v in enum.values if v.number != 0)
             raise InvalidParamsError(

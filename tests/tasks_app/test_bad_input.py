@@ -560,6 +560,24 @@ def test_an_unknown_field_named_by_an_unpaired_surrogate_is_invalid_params(serve
     assert stored_counts() == before
 
 
+def test_an_enum_value_of_an_unpaired_surrogate_is_invalid_params(server, stored):
+    # The enum check's lookup of the name in protobuf's table raised UnicodeEncodeError: -32603 / 500
+    # (found by test_fuzz_bindings in CI).
+    before = stored_counts()
+    for field, params in (
+        ("message.role", '{"message": {"role": "\\ud800", "messageId": "half-enum", "parts": []}}'),
+        (
+            "message.parts[0].data",  # an enum inside a Struct is no enum: only its text is checked
+            '{"message": {"role": "ROLE_USER", "messageId": "half-enum", "parts": [{"data": "\\ud800"}]}}',
+        ),
+    ):
+        error = rpc_error(rpc_raw(server, envelope("SendMessage", params), V1))
+        assert error["code"] == -32602, (field, error)
+        answer = httpx.post(rest(server, "message:send"), content=params, headers={**V1, **JSON}, timeout=60)
+        rest_error(answer, 400, "INVALID_PARAMS")
+    assert stored_counts() == before
+
+
 def test_params_by_position_are_invalid_params_and_a_scalar_is_an_invalid_request(server, stored):
     # JSON-RPC 2.0 allows params as an array; A2A's methods take theirs by name: -32602,
     # as a2a-sdk answers. A scalar is no JSON-RPC request at all: -32600.

@@ -28,6 +28,7 @@ from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import SETTLED_STATES
 from tasks_app.models import Message, TaskState
 from tasks_app.turns import Turn, lock_task, owned_turn, task_fail
+from tasks_app.turns.lease import lease_now
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,11 @@ SWEEP_BATCH = 500
 
 def turn_sweep(*, task_pks=None) -> dict:
     """One sweep; `task_pks` limits it to those tasks (a targeted sweep, as the tests make)."""
-    now = timezone.now()
+    # Leases lapse on the clock they are written on (the database's, on PostgreSQL).
+    now, lapsed_at = timezone.now(), lease_now()
     requeued = failed = redispatched = 0
     turns = Message.objects.all() if task_pks is None else Message.objects.filter(task_id__in=task_pks)
-    expired = turns.filter(turn=Message.Turn.RUNNING, lease_until__lt=now).values_list(
+    expired = turns.filter(turn=Message.Turn.RUNNING, lease_until__lt=lapsed_at).values_list(
         "pk", "task_id", "turn_attempts", "task__state"
     )[:SWEEP_BATCH]
     for message_pk, task_pk, attempts, state in expired:
@@ -50,12 +52,12 @@ def turn_sweep(*, task_pks=None) -> dict:
         ).exists()
         if state in SETTLED_STATES or superseded or attempts >= settings.A2A_TURN_MAX_ATTEMPTS:
             # A task that ended, waits for an answer or has a later turn has nothing to run again.
-            if _give_up(turn, now, superseded) and state not in SETTLED_STATES and not superseded:
+            if _give_up(turn, lapsed_at, superseded) and state not in SETTLED_STATES and not superseded:
                 failed += 1
             continue
         back = (
             owned_turn(turn)
-            .filter(lease_until__lt=now)
+            .filter(lease_until__lt=lapsed_at)
             .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now)
         )
         if back:
@@ -81,11 +83,15 @@ def turn_sweep(*, task_pks=None) -> dict:
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
 
 
-def _give_up(turn: Turn, now, superseded: bool = False) -> bool:
-    """Close a lost turn that is not run again; its task ends FAILED if nothing else settled it."""
+def _give_up(turn: Turn, lapsed_at, superseded: bool = False) -> bool:
+    """Close a lost turn that is not run again; its task ends FAILED if nothing else settled it.
+
+    `lapsed_at`: lease_now(), what its lease must have lapsed against.
+    """
     with transaction.atomic():
         task = lock_task(turn.task_pk)
-        if not owned_turn(turn).filter(lease_until__lt=now).update(turn=Message.Turn.DONE, lease_until=None):
+        lapsed = owned_turn(turn).filter(lease_until__lt=lapsed_at)
+        if not lapsed.update(turn=Message.Turn.DONE, lease_until=None):
             return False
         canceled = task.state == TaskState.CANCELED
         if not task.is_terminal and not task.is_interrupted and not superseded:

@@ -5,6 +5,11 @@ and takes a lease; every write of the turn checks it still holds that lease
 (_owned), so a worker presumed dead writes nothing more once another attempt
 has the turn. The worker follows how long its lease surely lasts (LeaseClock),
 so that run.Fence can stop the agent before another attempt could start.
+
+On PostgreSQL a lease is written and judged on the database server's clock
+(lease_until_sql, lease_now): the workers' and the sweeper's clocks may be
+off from it, and from each other, by any amount. SQLite (the embedded
+default) is one process on one host: its leases are on that host's clock.
 """
 
 import asyncio
@@ -19,7 +24,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.db.models import DateTimeField, Value
-from django.db.models.functions import Coalesce
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from tasks_app.db import UNAVAILABLE_ERRORS, db
@@ -50,8 +56,8 @@ TIMED_OUT = "timed out"
 RENEW_AHEAD = 0.1
 
 # A turn that could not renew its lease stops its agent this share of the lease
-# before the lease lapses: the margin for the clocks of the worker and the
-# sweeper's machine, and for the agent to let go of its cancellation.
+# before the lease lapses: the margin for the worker's clock running at another
+# rate than the database's, and for the agent to let go of its cancellation.
 FENCE_BEFORE = 0.2
 
 
@@ -63,11 +69,12 @@ class LeaseClock:
     """Until when this worker surely holds a turn's lease, on its monotonic clock.
 
     Moved on by every committed write that renewed the lease (the claim, the
-    watcher's renewals, each batch of events, the keeper's renewals): a lease
-    taken at `now` lasts until lease_end(now), and the write read
-    time.monotonic() just before its `now`, so `until` is never later than
-    the lease_until stored. The sweeper
-    gives the turn to another worker once that has passed; run.Fence stops the
+    watcher's renewals, each batch of events, the keeper's renewals): the
+    write stores a lease_until A2A_TURN_LEASE after the moment it is written
+    (lease_until_sql), and the worker read time.monotonic() before it began,
+    so `until` is never later than the lease_until stored, whatever the
+    offset between the worker's clock and the database's. The sweeper gives
+    the turn to another worker once that has passed; run.Fence stops the
     agent FENCE_BEFORE of the lease ahead of it. A closed turn (released) has
     no lease left to watch.
     """
@@ -110,37 +117,73 @@ class Turn:
 
 
 def lease_end(now: datetime) -> datetime:
-    """The lease_until of a lease taken or renewed at `now`."""
+    """The lease_until of a lease taken or renewed at `now` (on this host's clock)."""
     return now + timedelta(seconds=settings.A2A_TURN_LEASE)
+
+
+# On PostgreSQL: A2A_TURN_LEASE seconds after the moment the row is written, on the server's clock.
+_LEASE_END_SQL = "clock_timestamp() + %s * interval '1 second'"
+
+
+def lease_until_sql() -> tuple[str, list]:
+    """The lease_until a write that takes or renews a lease stores, as SQL and its values.
+
+    On PostgreSQL, on the database server's clock, which the sweeper compares
+    it with (lease_now): a worker whose clock is off stores the same lease as
+    one whose clock is right. On SQLite, lease_end() of this host's clock.
+    """
+    if connection.vendor == "postgresql":
+        return _LEASE_END_SQL, [float(settings.A2A_TURN_LEASE)]
+    return "%s", [sql.prep(Message, "lease_until", lease_end(timezone.now()))]
+
+
+def lease_until_value():
+    """lease_until_sql for an ORM update()."""
+    if connection.vendor == "postgresql":
+        return RawSQL(_LEASE_END_SQL, [float(settings.A2A_TURN_LEASE)], output_field=DateTimeField())
+    return lease_end(timezone.now())
+
+
+def lease_now():
+    """What a lease_until is lapsed against: the clock lease_until_sql writes it on.
+
+    On PostgreSQL the start of the comparing statement on the server's clock
+    (Django's Now()): a statement that waited for the task's lock sees the
+    lease a batch renewed meanwhile as renewed.
+    """
+    return Now() if connection.vendor == "postgresql" else timezone.now()
 
 
 class TurnTimedOut(Exception):
     pass
 
 
-def claim_statement() -> str:
-    return (
-        f"UPDATE {sql.table(Message)} SET turn = %s, turn_started_at = %s, lease_until = %s, "
+def claim_statement(task_pk, message_pk: int, now: datetime | None = None) -> tuple[str, list]:
+    """The UPDATE that claims a queued turn, and its values; `now` is the claim's turn_started_at.
+
+    turn_started_at names the claim (setup.Claim); the lease it takes is
+    lease_until_sql's.
+    """
+    now = now or timezone.now()
+    lease, lease_params = lease_until_sql()
+    statement = (
+        f"UPDATE {sql.table(Message)} SET turn = %s, turn_started_at = %s, lease_until = {lease}, "
         "turn_attempts = turn_attempts + 1 WHERE id = %s AND task_id = %s AND turn = %s"
     )
-
-
-def claim_params(task_pk, message_pk: int, now: datetime | None = None) -> list:
-    """claim_statement's values; `now` is the claim's turn_started_at, which names it (setup.Claim)."""
-    now = now or timezone.now()
-    return [
+    params = [
         Message.Turn.RUNNING,
         sql.prep(Message, "turn_started_at", now),
-        sql.prep(Message, "lease_until", lease_end(now)),
+        *lease_params,
         message_pk,
         sql.prep(Message, "task", task_pk),
         Message.Turn.PENDING,
     ]
+    return statement, params
 
 
 def turn_claim(task_pk, message_pk: int, now: datetime | None = None) -> bool:
     """Take a queued turn of the task: count an attempt, hold its lease. False if another worker has it."""
-    return bool(sql.execute(claim_statement(), claim_params(task_pk, message_pk, now)))
+    return bool(sql.execute(*claim_statement(task_pk, message_pk, now)))
 
 
 async def retrying(fn, *args, **kwargs):
@@ -161,7 +204,7 @@ async def retrying(fn, *args, **kwargs):
 def turn_renew(turn: Turn) -> str | None:
     """Extend the turn's lease. LOST if another attempt holds it, CANCELED if its task ended; else None."""
     started = time.monotonic()
-    if not owned_turn(turn).update(lease_until=lease_end(timezone.now())):
+    if not owned_turn(turn).update(lease_until=lease_until_value()):
         return LOST
     turn.lease.renewed(started)
     state = task_state(turn.task_pk)
@@ -176,10 +219,12 @@ def leases_renew(turns: list[Turn]) -> list[Turn]:
         return []
     started = time.monotonic()
     where = " OR ".join([f"({_owned_where()})"] * len(turns))
-    params = [sql.prep(Message, "lease_until", lease_end(timezone.now()))]
+    lease, params = lease_until_sql()
     for turn in turns:
         params.extend(_owned(turn).values())
-    statement = f"UPDATE {sql.table(Message)} SET lease_until = %s WHERE {where} RETURNING {sql.quote('id')}"
+    statement = (
+        f"UPDATE {sql.table(Message)} SET lease_until = {lease} WHERE {where} RETURNING {sql.quote('id')}"
+    )
     renewed = {pk for (pk,) in sql.fetch_all(statement, params)}
     kept = [turn for turn in turns if turn.message_pk in renewed]
     for turn in kept:
@@ -226,7 +271,7 @@ def owned_turn_statement(
     INSERTs (BatchWriter.commit). `metadata_base`: the task's metadata before
     the batch changed it, kept as the turn's turn_metadata_base unless an
     earlier batch of the turn noted one (setup._restart goes back to it); a
-    closed turn keeps none. A renewal's lease_until is lease_end(now).
+    closed turn keeps none. A renewal's lease_until is lease_until_sql's.
     """
     if done:
         # closed_turn_fields, as SQL: this runs with every batch, and is written by hand.
@@ -236,8 +281,8 @@ def owned_turn_statement(
         )
         values = [Message.Turn.DONE, sql.prep(Message, "turn_finished_at", now)]
     else:
-        changes = "lease_until = %s"
-        values = [sql.prep(Message, "lease_until", lease_end(now))]
+        lease, values = lease_until_sql()
+        changes = f"lease_until = {lease}"
     if not done and metadata_base is not None:
         changes += ", turn_metadata_base = COALESCE(turn_metadata_base, %s)"
         values.append(sql.prep(Message, "turn_metadata_base", metadata_base))

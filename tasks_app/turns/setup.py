@@ -34,7 +34,6 @@ from tasks_app.protocol.convert import (
 from tasks_app.turns.batches import BatchWriter
 from tasks_app.turns.lease import (
     Turn,
-    claim_params,
     claim_statement,
     closed_turn_fields,
     lock_task,
@@ -100,8 +99,9 @@ def _load(task_pk, message_pk: int, *, claim: Claim | None = None) -> tuple[Task
     params = [message_pk, sql.prep(Message, "task", task_pk)]
     claiming, source = "", f"{sql.table(Message)} m"
     if claim is not None:
-        claiming, source = f"WITH m AS ({claim_statement()} RETURNING *) ", "m"
-        params = [*claim_params(task_pk, message_pk, claim.start()), *params]
+        claiming_statement, claiming_params = claim_statement(task_pk, message_pk, claim.start())
+        claiming, source = f"WITH m AS ({claiming_statement} RETURNING *) ", "m"
+        params = [*claiming_params, *params]
     row = sql.fetch_one(
         f"{claiming}SELECT {sql.columns(Message, 'm')}, {sql.columns(Task, 't')}, {sql.columns(Agent, 'a')}, "
         f"{sql.columns(Tenant, 'n')}, {sql.columns(Context, 'c')} "

@@ -29,6 +29,8 @@ AGENTS = {
     "fault-ticker": ("ticker", {"seconds": 20}),
     # Holds its loop with time.sleep, as a synchronous model client would.
     "fault-blocker": ("sleeper", {"seconds": 5, "blocking": True}),
+    # Waits without holding its loop: its watcher renews the lease every heartbeat.
+    "fault-sleeper": ("sleeper", {"seconds": 5}),
 }
 LOG_TAIL_LINES = 60
 LOGS_SHOWN = 6

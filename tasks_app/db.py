@@ -29,7 +29,9 @@ import time
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, connection, connections
+from django.db.models.functions import Now
+from django.utils import timezone
 
 from tasks_app import engine
 
@@ -203,3 +205,17 @@ async def db(fn, /, *args, **kwargs):
     future = loop.create_future()
     _db_threads().submit(loop, future, lambda: context.run(_call, fn, args, kwargs))
     return await future
+
+
+def database_now():
+    """Now, on the clock that times shared between processes are kept on, for an ORM filter or update.
+
+    On PostgreSQL the database server's (Django's Now(): the start of the
+    statement that uses it), so a time one process writes and another judges
+    (a turn's lease, a queued turn's dispatch, a webhook attempt in flight)
+    is never off by the difference between their hosts' clocks. On SQLite (the
+    embedded default: one process on one host) this host's clock.
+    """
+    if connection.vendor == "postgresql":
+        return Now()
+    return timezone.now()

@@ -37,6 +37,7 @@ from structlog.contextvars import bound_contextvars
 from agents.outbound import Target, UrlRefused, url_check, url_syntax_check
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.db import database_now
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
 from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
@@ -257,16 +258,20 @@ def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
     now = timezone.now()
     claim = PushDelivery.objects.filter(pk=head.pk, status=head.status)
     if head.status == PushDelivery.Status.SENDING:
-        if head.started_at > now - timedelta(seconds=settings.PUSH_SENDING_LEASE):
-            return None  # in flight elsewhere: that worker carries the chain on
-        # Its worker was lost mid-send; send again (at least once beats never).
-        claim = claim.filter(started_at=head.started_at)
+        # Its worker was lost mid-send, if it started PUSH_SENDING_LEASE ago: send it again (at
+        # least once beats never). Judged on the clock started_at is written on (database_now):
+        # a worker whose clock is ahead does not take over an attempt still in flight.
+        # Otherwise it is in flight elsewhere, and that worker carries the chain on.
+        claim = claim.filter(
+            started_at=head.started_at,
+            started_at__lt=database_now() - timedelta(seconds=settings.PUSH_SENDING_LEASE),
+        )
     elif head.not_before is not None and head.not_before > now:
         if head.seq == seq and head.status == PushDelivery.Status.RETRYING:
             # This is the retry's own job and it came early (clock skew): come back when due.
             push_dispatch(config_pk, seq, countdown=(head.not_before - now).total_seconds())
         return None  # otherwise the retry's own delayed job will come
-    if not claim.update(status=PushDelivery.Status.SENDING, started_at=now):
+    if not claim.update(status=PushDelivery.Status.SENDING, started_at=database_now()):
         return None  # another job claimed it and carries the chain on
     return PushDelivery.objects.select_related("config", "event").get(pk=head.pk)
 
@@ -395,7 +400,7 @@ def push_sweep() -> dict:
             | Q(status=PushDelivery.Status.RETRYING, not_before__lt=quiet)
             | Q(
                 status=PushDelivery.Status.SENDING,
-                started_at__lt=now - timedelta(seconds=settings.PUSH_SENDING_LEASE),
+                started_at__lt=database_now() - timedelta(seconds=settings.PUSH_SENDING_LEASE),
             )
         )
         .values_list("config_id", flat=True)

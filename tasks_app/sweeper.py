@@ -22,13 +22,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
+from tasks_app.db import database_now
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import SETTLED_STATES
 from tasks_app.models import Message, TaskState
 from tasks_app.turns import Turn, lock_task, owned_turn, task_fail
-from tasks_app.turns.lease import lease_now
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +37,12 @@ SWEEP_BATCH = 500
 
 def turn_sweep(*, task_pks=None) -> dict:
     """One sweep; `task_pks` limits it to those tasks (a targeted sweep, as the tests make)."""
-    # Leases lapse on the clock they are written on (the database's, on PostgreSQL).
-    now, lapsed_at = timezone.now(), lease_now()
+    # On the clock leases and dispatch times are written on (the database's, on PostgreSQL):
+    # how far this worker's clock is off changes nothing. An expression there, not a value.
+    now = database_now()
     requeued = failed = redispatched = 0
     turns = Message.objects.all() if task_pks is None else Message.objects.filter(task_id__in=task_pks)
-    expired = turns.filter(turn=Message.Turn.RUNNING, lease_until__lt=lapsed_at).values_list(
+    expired = turns.filter(turn=Message.Turn.RUNNING, lease_until__lt=now).values_list(
         "pk", "task_id", "turn_attempts", "task__state"
     )[:SWEEP_BATCH]
     for message_pk, task_pk, attempts, state in expired:
@@ -52,12 +52,12 @@ def turn_sweep(*, task_pks=None) -> dict:
         ).exists()
         if state in SETTLED_STATES or superseded or attempts >= settings.A2A_TURN_MAX_ATTEMPTS:
             # A task that ended, waits for an answer or has a later turn has nothing to run again.
-            if _give_up(turn, lapsed_at, superseded) and state not in SETTLED_STATES and not superseded:
+            if _give_up(turn, now, superseded) and state not in SETTLED_STATES and not superseded:
                 failed += 1
             continue
         back = (
             owned_turn(turn)
-            .filter(lease_until__lt=lapsed_at)
+            .filter(lease_until__lt=now)
             .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now)
         )
         if back:
@@ -83,14 +83,14 @@ def turn_sweep(*, task_pks=None) -> dict:
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
 
 
-def _give_up(turn: Turn, lapsed_at, superseded: bool = False) -> bool:
+def _give_up(turn: Turn, now, superseded: bool = False) -> bool:
     """Close a lost turn that is not run again; its task ends FAILED if nothing else settled it.
 
-    `lapsed_at`: lease_now(), what its lease must have lapsed against.
+    `now`: database_now(), what its lease must have lapsed against.
     """
     with transaction.atomic():
         task = lock_task(turn.task_pk)
-        lapsed = owned_turn(turn).filter(lease_until__lt=lapsed_at)
+        lapsed = owned_turn(turn).filter(lease_until__lt=now)
         if not lapsed.update(turn=Message.Turn.DONE, lease_until=None):
             return False
         canceled = task.state == TaskState.CANCELED

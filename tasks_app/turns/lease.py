@@ -7,9 +7,10 @@ has the turn. The worker follows how long its lease surely lasts (LeaseClock),
 so that run.Fence can stop the agent before another attempt could start.
 
 On PostgreSQL a lease is written and judged on the database server's clock
-(lease_until_sql, lease_now): the workers' and the sweeper's clocks may be
-off from it, and from each other, by any amount. SQLite (the embedded
-default) is one process on one host: its leases are on that host's clock.
+(lease_until_sql here, db.database_now in the sweeper): how far the workers'
+clocks are off from it, or from each other, does not change who holds a
+turn. SQLite (the embedded default) is one process on one host: its leases
+are on that host's clock.
 """
 
 import asyncio
@@ -25,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import DateTimeField, Value
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tasks_app.db import UNAVAILABLE_ERRORS, db
@@ -129,29 +130,20 @@ def lease_until_sql() -> tuple[str, list]:
     """The lease_until a write that takes or renews a lease stores, as SQL and its values.
 
     On PostgreSQL, on the database server's clock, which the sweeper compares
-    it with (lease_now): a worker whose clock is off stores the same lease as
-    one whose clock is right. On SQLite, lease_end() of this host's clock.
+    it with (db.database_now: the start of its statement, never later than
+    the moment it reads the row, so a lease renewed while the sweep waited
+    for the task's lock counts as renewed). A worker whose clock is off stores
+    the same lease as one whose clock is right. On SQLite, lease_end() of
+    this host's clock.
     """
     if connection.vendor == "postgresql":
         return _LEASE_END_SQL, [float(settings.A2A_TURN_LEASE)]
     return "%s", [sql.prep(Message, "lease_until", lease_end(timezone.now()))]
 
 
-def lease_until_value():
+def lease_until_value() -> RawSQL:
     """lease_until_sql for an ORM update()."""
-    if connection.vendor == "postgresql":
-        return RawSQL(_LEASE_END_SQL, [float(settings.A2A_TURN_LEASE)], output_field=DateTimeField())
-    return lease_end(timezone.now())
-
-
-def lease_now():
-    """What a lease_until is lapsed against: the clock lease_until_sql writes it on.
-
-    On PostgreSQL the start of the comparing statement on the server's clock
-    (Django's Now()): a statement that waited for the task's lock sees the
-    lease a batch renewed meanwhile as renewed.
-    """
-    return Now() if connection.vendor == "postgresql" else timezone.now()
+    return RawSQL(*lease_until_sql(), output_field=DateTimeField())
 
 
 class TurnTimedOut(Exception):

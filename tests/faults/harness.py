@@ -67,8 +67,10 @@ class Stack:
         self.processes += platform.processes
         return platform
 
-    def start_worker(self, name: str = "worker") -> Process:
-        process = start_celery_worker(name, child_env(self.settings(), self.extra_env()), self.log_dir)
+    def start_worker(self, name: str = "worker", env: dict | None = None) -> Process:
+        """A Celery worker; `env`: extra environment for this one only."""
+        extra = {**self.extra_env(), **(env or {})}
+        process = start_celery_worker(name, child_env(self.settings(), extra), self.log_dir)
         self.processes.append(process)
         return process
 

@@ -250,10 +250,11 @@ if REDIS_URL:
 EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
 # The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
-# A sweep nobody ran within this many seconds is dropped: a later one does its work, and
-# workers that were away do not run the whole backlog. Celery judges expiry on the worker's
-# clock against beat's: a worker this far ahead of beat's host would drop every sweep, so it
-# is minutes, not a few intervals (README, Durability).
+# A sweep nobody ran within this many seconds is dropped: a later one does its work. Celery
+# judges expiry on the worker's clock against beat's, and a worker this far ahead of beat's
+# host drops every sweep, so it is minutes, not a few intervals (README, Durability). Workers
+# back from an outage run the sweeps queued in the last ten minutes: each finds little to do,
+# and a queued turn is sent again by one of them (sweeper.py).
 A2A_SWEEP_EXPIRES = env_float("A2A_SWEEP_EXPIRES", max(600.0, A2A_SWEEP_INTERVAL * 5))
 CELERY_BEAT_SCHEDULE = {
     "sweep-turns": {

@@ -1,7 +1,7 @@
 """The sweeper: finds turns no worker will run and hands them out again.
 
 It runs every A2A_SWEEP_INTERVAL seconds: in services mode the beat process
-schedules it and a worker runs it (a sweep not run within a few intervals
+schedules it and a worker runs it (a sweep not run within A2A_SWEEP_EXPIRES
 expires); embedded, a thread of `manage.py serve` runs it. Two kinds of turns:
 
 - running, with a lease nobody renewed for A2A_TURN_LEASE seconds: its worker
@@ -77,7 +77,9 @@ def turn_sweep(*, task_pks=None) -> dict:
         .values_list("pk", "task_id")[:SWEEP_BATCH]
     )
     for message_pk, task_pk in stale:
-        if Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(dispatched_at=now):
+        # Still as the sweep read it: of sweeps run side by side (a backlog, after an outage), one sends it.
+        still = turns.filter(Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet))
+        if still.filter(pk=message_pk, turn=Message.Turn.PENDING).update(dispatched_at=now):
             turn_dispatch(task_pk, message_pk)
             redispatched += 1
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}

@@ -30,7 +30,7 @@ AGENTS = {
     # Holds its loop with time.sleep, as a synchronous model client would.
     "fault-blocker": ("sleeper", {"seconds": 5, "blocking": True}),
     # Waits without holding its loop: its watcher renews the lease every heartbeat.
-    "fault-sleeper": ("sleeper", {"seconds": 8}),
+    "fault-sleeper": ("sleeper", {"seconds": 12}),
 }
 LOG_TAIL_LINES = 60
 LOGS_SHOWN = 6

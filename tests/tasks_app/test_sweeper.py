@@ -6,18 +6,11 @@ with real processes.
 """
 
 import uuid
-from datetime import timedelta
 
-import pytest
 from django.conf import settings
-from django.db import connection
-from django.utils import timezone
 
 from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.sweeper import turn_sweep
-from tasks_app.turns import Turn
-from tasks_app.turns.lease import turn_claim, turn_renew
-from tests.conftest import SERVICES_MODE
 from tests.tasks_app.turn_rows import running_turn
 
 
@@ -53,30 +46,3 @@ def test_a_lost_turn_with_a_later_turn_on_its_task_is_closed_not_rerun(stored):
     assert message.turn == Message.Turn.DONE
     assert message.turn_attempts == 1
     assert task.state == TaskState.SUBMITTED
-
-
-@pytest.mark.skipif(not SERVICES_MODE, reason="leases are on the database's clock on PostgreSQL")
-def test_a_lease_is_written_and_judged_on_the_databases_clock_whatever_the_hosts(stored, monkeypatch):
-    # tests/faults/test_clock_skew.py does this with whole worker processes under libfaketime.
-    real_now = timezone.now
-
-    def lease_left(message: Message) -> float:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp()")
-            (database_now,) = cursor.fetchone()
-        message.refresh_from_db()
-        return (message.lease_until - database_now).total_seconds()
-
-    task, message = running_turn(attempts=0, lease_seconds=0)
-    Message.objects.filter(pk=message.pk).update(turn=Message.Turn.PENDING, lease_until=None)
-    monkeypatch.setattr(timezone, "now", lambda: real_now() - timedelta(hours=1))  # this host an hour behind
-    assert turn_claim(task.pk, message.pk)
-    assert settings.A2A_TURN_LEASE - 1 < lease_left(message) <= settings.A2A_TURN_LEASE
-    turn = Turn(task_pk=str(task.pk), message_pk=message.pk, attempt=1, timeout=60.0)
-    assert turn_renew(turn) is None
-    assert settings.A2A_TURN_LEASE - 1 < lease_left(message) <= settings.A2A_TURN_LEASE
-    # The sweeper an hour ahead.
-    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(hours=1))
-    assert turn_sweep(task_pks=[task.pk]) == {"requeued": 0, "failed": 0, "redispatched": 0}
-    message.refresh_from_db()
-    assert (message.turn, message.turn_attempts) == (Message.Turn.RUNNING, 1)

@@ -71,15 +71,12 @@ def turn_sweep(*, task_pks=None) -> dict:
             turn_dispatch(task_pk, message_pk)
             requeued += 1
     quiet = now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER)
-    stale = (
-        turns.filter(turn=Message.Turn.PENDING)
-        .filter(Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet))
-        .values_list("pk", "task_id")[:SWEEP_BATCH]
+    queued_quietly = turns.filter(turn=Message.Turn.PENDING).filter(
+        Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet)
     )
-    for message_pk, task_pk in stale:
+    for message_pk, task_pk in queued_quietly.values_list("pk", "task_id")[:SWEEP_BATCH]:
         # Still as the sweep read it: of sweeps run side by side (a backlog, after an outage), one sends it.
-        still = turns.filter(Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet))
-        if still.filter(pk=message_pk, turn=Message.Turn.PENDING).update(dispatched_at=now):
+        if queued_quietly.filter(pk=message_pk).update(dispatched_at=now):
             turn_dispatch(task_pk, message_pk)
             redispatched += 1
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}

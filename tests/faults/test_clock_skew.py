@@ -106,6 +106,15 @@ def restarts_of(stack: Stack, task_id: str) -> list:
     return [event for event in log if "restarted" in payload_text(event.payload)]
 
 
+def outcome(stack: Stack, task_id: str, within: float) -> dict:
+    """Whether the task completed within `within` seconds; then its turn's attempts and restarts."""
+    completed = wait_for(
+        lambda: stack.store.states([task_id]).get(task_id) == "completed", within, interval=0.3
+    )
+    _, attempts = turn_of(stack, task_id)
+    return {"completed": completed, "attempts": attempts, "restarts": len(restarts_of(stack, task_id))}
+
+
 def test_a_worker_whose_clock_is_behind_runs_its_turn_once_while_one_ahead_sweeps(stack):
     started = time.monotonic()
     stack.env.update(SETTINGS)
@@ -118,22 +127,18 @@ def test_a_worker_whose_clock_is_behind_runs_its_turn_once_while_one_ahead_sweep
     start_skewed_worker(stack, "worker-ahead", 6)
     ahead_ready_at = time.monotonic()
     assert turn_of(stack, task_id) == ("running", 1), "the turn ended before the worker ahead could sweep"
-    completed = wait_for(
-        lambda: stack.store.states([task_id]).get(task_id) == "completed", SLEEPER_SECONDS + 20, interval=0.3
-    )
-    _, attempts = turn_of(stack, task_id)
     figures = record(
         "clock_behind_and_ahead",
         started,
-        completed=completed,
-        attempts=attempts,
-        restarts=len(restarts_of(stack, task_id)),
+        **outcome(stack, task_id, SLEEPER_SECONDS + 20),
         # Sweeps the worker ahead could run while the turn was still running.
         ran_beside_the_sweeps_s=round(time.monotonic() - ahead_ready_at, 1),
         processes_exited=stack.exited(),
     )
-    assert completed, f"the task did not complete: {figures}"
-    assert attempts == 1 and figures["restarts"] == 0, f"the turn was given to another worker: {figures}"
+    assert figures["completed"], f"the task did not complete: {figures}"
+    assert figures["attempts"] == 1 and figures["restarts"] == 0, (
+        f"the turn was given to another worker: {figures}"
+    )
     # Some 8 sweeps at least, about half of them on the worker ahead.
     assert figures["ran_beside_the_sweeps_s"] >= 4, f"too short for the worker ahead to sweep: {figures}"
     assert figures["processes_exited"] == [], figures
@@ -152,22 +157,14 @@ def test_the_turn_of_a_dead_worker_ahead_runs_again_on_a_worker_far_ahead_of_bea
     killed_at = stack.kill(dying)
     rerun = wait_for(lambda: turn_of(stack, task_id)[1] == 2, LEASE + 15, interval=0.1)
     resumed_after_kill = time.time() - killed_at
-    completed = wait_for(
-        lambda: stack.store.states([task_id]).get(task_id) == "completed",
-        LEASE + SLEEPER_SECONDS + 15,
-        interval=0.3,
-    )
-    restarts = restarts_of(stack, task_id)
-    _, attempts = turn_of(stack, task_id)
     figures = record(
         "clock_ahead_killed",
         started,
-        completed=completed,
-        attempts=attempts,
+        **outcome(stack, task_id, LEASE + SLEEPER_SECONDS + 15),
         resumed_after_kill_s=round(resumed_after_kill, 2) if rerun else None,
         processes_exited=stack.exited(),
     )
-    assert completed, f"the turn of the dead worker was not run again in time: {figures}"
-    assert attempts == 2 and len(restarts) == 1, figures
+    assert figures["completed"], f"the turn of the dead worker was not run again in time: {figures}"
+    assert figures["attempts"] == 2 and figures["restarts"] == 1, figures
     assert rerun and resumed_after_kill < LEASE + 3, f"the lost turn waited past its lease: {figures}"
     assert figures["processes_exited"] == [], figures

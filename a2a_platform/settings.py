@@ -279,8 +279,11 @@ A2A_SSE_HEARTBEAT = env_float("A2A_SSE_HEARTBEAT", 15.0)
 A2A_TURN_LEASE = env_float("A2A_TURN_LEASE", 10.0)
 A2A_TURN_HEARTBEAT = env_float("A2A_TURN_HEARTBEAT", 2.0)
 A2A_TURN_MAX_ATTEMPTS = env_int("A2A_TURN_MAX_ATTEMPTS", 3)
-# A turn still queued after this many seconds is dispatched again by the sweeper.
+# A turn still queued after this many seconds is dispatched again by the sweeper; each
+# further copy of it waits twice as long as the one before, up to A2A_TURN_REDISPATCH_MAX
+# (a backlog's turns are not lost, only waiting: tasks_app/sweeper.py).
 A2A_TURN_REDISPATCH_AFTER = env_float("A2A_TURN_REDISPATCH_AFTER", 5.0)
+A2A_TURN_REDISPATCH_MAX = max(env_float("A2A_TURN_REDISPATCH_MAX", 60.0), A2A_TURN_REDISPATCH_AFTER)
 # Events an agent emits in a burst are stored in one transaction: a batch is
 # written this many seconds after its first event, or at once when an event
 # ends or interrupts the task.

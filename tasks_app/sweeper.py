@@ -9,19 +9,24 @@ expires); embedded, a thread of `manage.py serve` runs it. Two kinds of turns:
   (turns/setup.py undoes what the lost attempt wrote), unless it has used its
   A2A_TURN_MAX_ATTEMPTS: then its task ends FAILED, saying why.
 - queued, and not handed to the workers for A2A_TURN_REDISPATCH_AFTER
-  seconds: its job was lost with a broker outage or a killed worker's
-  prefetch. It is sent again; a job for a turn already claimed returns.
+  seconds: its job may have been lost with a broker outage or a killed
+  worker's prefetch. It is sent again; a job for a turn already claimed
+  returns. The sweeper cannot tell a lost job from one waiting in a backlog
+  behind others, so each further copy of one turn waits twice as long as the
+  one before, up to A2A_TURN_REDISPATCH_MAX: a backlog of N turns lasting T
+  seconds gets a few copies of each, not N x T / A2A_TURN_REDISPATCH_AFTER.
 
 Every change is a conditional UPDATE on what the sweep read, so two sweepers
 (or a sweeper and a worker) never both act on one turn.
 """
 
 import logging
+import math
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from tasks_app.db import database_now
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
@@ -58,7 +63,7 @@ def turn_sweep(*, task_pks=None) -> dict:
         back = (
             owned_turn(turn)
             .filter(lease_until__lt=now)
-            .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now)
+            .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now, redispatches=0)
         )
         if back:
             logger.warning(
@@ -70,16 +75,45 @@ def turn_sweep(*, task_pks=None) -> dict:
             )
             turn_dispatch(task_pk, message_pk)
             requeued += 1
-    quiet = now - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER)
-    queued_quietly = turns.filter(turn=Message.Turn.PENDING).filter(
-        Q(dispatched_at__lt=quiet) | Q(dispatched_at__isnull=True, created_at__lt=quiet)
-    )
+    queued_quietly = turns.filter(turn=Message.Turn.PENDING).filter(_waited_out(now))
     for message_pk, task_pk in queued_quietly.values_list("pk", "task_id")[:SWEEP_BATCH]:
         # Still as the sweep read it: of sweeps run side by side (a backlog, after an outage), one sends it.
-        if queued_quietly.filter(pk=message_pk).update(dispatched_at=now):
+        if queued_quietly.filter(pk=message_pk).update(dispatched_at=now, redispatches=F("redispatches") + 1):
+            logger.info(
+                "Turn %s of task %s is still queued; sending it again",
+                message_pk,
+                task_pk,
+                extra={"task_id": str(task_pk)},
+            )
             turn_dispatch(task_pk, message_pk)
             redispatched += 1
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
+
+
+def redispatch_wait(copies: int) -> float:
+    """Seconds a queued turn sent again `copies` times waits before the sweeper sends it once more."""
+    first, most = settings.A2A_TURN_REDISPATCH_AFTER, settings.A2A_TURN_REDISPATCH_MAX
+    return most if copies >= math.log2(most / first) else first * 2**copies
+
+
+def _waited_out(now) -> Q:
+    """Queued turns that have waited their redispatch_wait() since they were last handed out.
+
+    One condition per number of copies below the cap, so each compares
+    dispatched_at with a constant (an index range, on every database).
+    """
+    cap = 0
+    while redispatch_wait(cap) < settings.A2A_TURN_REDISPATCH_MAX:
+        cap += 1
+
+    def quiet(copies: int):
+        return now - timedelta(seconds=redispatch_wait(copies))
+
+    waited = Q(redispatches__gte=cap, dispatched_at__lt=quiet(cap))
+    for copies in range(cap):
+        waited |= Q(redispatches=copies, dispatched_at__lt=quiet(copies))
+    # Queued before this column said when (none of the platform's own writes leave it empty).
+    return waited | Q(dispatched_at__isnull=True, created_at__lt=quiet(0))
 
 
 def _give_up(turn: Turn, now, superseded: bool = False) -> bool:

@@ -174,8 +174,9 @@ class Message(models.Model):
     # lease_until, renewed while it runs; the sweeper runs an expired one again.
     turn_attempts = models.PositiveSmallIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
-    # When the turn was last handed to the workers, and how many times the sweeper has sent
-    # it again since it was queued: each copy waits twice as long as the last (sweeper.py).
+    # When the turn was last handed to the workers, on the clock the sweeper judges by (empty
+    # until a sweep first sees it queued), and how many times the sweeper has sent it again since it
+    # was queued: each copy waits twice as long as the last (sweeper.py).
     dispatched_at = models.DateTimeField(null=True, blank=True)
     redispatches = models.PositiveIntegerField(default=0)
     # Who sent it, for user messages: same principal format as Task.owner.

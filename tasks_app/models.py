@@ -11,6 +11,7 @@ from django.db import models
 
 from agents.models import Agent
 from tasks_app.fields import EncryptedTextField
+from tenants import sql
 from tenants.models import Tenant
 
 
@@ -174,10 +175,10 @@ class Message(models.Model):
     # lease_until, renewed while it runs; the sweeper runs an expired one again.
     turn_attempts = models.PositiveSmallIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
-    # When the turn was last handed to the workers, on the clock the sweeper judges by (empty
-    # until a sweep first sees it queued), and how many times the sweeper has sent it again since it
-    # was queued: each copy waits twice as long as the last (sweeper.py).
-    dispatched_at = models.DateTimeField(null=True, blank=True)
+    # When the turn was last handed to the workers, on the database's clock (the sweeper judges
+    # it by that clock), and how many times the sweeper has sent it again since it was queued:
+    # each copy waits twice as long as the last (sweeper.py).
+    dispatched_at = sql.DatabaseClockField(null=True, blank=True)
     redispatches = models.PositiveIntegerField(default=0)
     # Who sent it, for user messages: same principal format as Task.owner.
     sender = models.CharField(max_length=255, blank=True, default="")

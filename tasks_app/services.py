@@ -410,7 +410,7 @@ def _user_message(caller: Caller, task: Task, message: pb.Message, approval: dic
         extensions=data.get("extensions", []),
         reference_task_ids=list(message.reference_task_ids),
         turn=Message.Turn.PENDING,
-        # No dispatched_at: the sweeper notes it on the database's clock (sweeper.py).
+        dispatched_at=timezone.now(),  # now, on the database's clock (sql.DatabaseClockField)
         sender=caller.principal,
         approval=approval,
     )

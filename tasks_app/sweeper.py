@@ -9,7 +9,7 @@ expires); embedded, a thread of `manage.py serve` runs it. Two kinds of turns:
   (turns/setup.py undoes what the lost attempt wrote), unless it has used its
   A2A_TURN_MAX_ATTEMPTS: then its task ends FAILED, saying why.
 - queued, and not handed to the workers for A2A_TURN_REDISPATCH_AFTER
-  seconds since a sweep first saw it queued: its job may have been lost with a broker outage or a killed
+  seconds: its job may have been lost with a broker outage or a killed
   worker's prefetch. It is sent again; a job for a turn already claimed
   returns. The sweeper cannot tell a lost job from one waiting in a backlog
   behind others, so each further copy of one turn waits twice as long as the
@@ -87,9 +87,6 @@ def turn_sweep(*, task_pks=None) -> dict:
             )
             turn_dispatch(task_pk, message_pk)
             redispatched += 1
-    # The web queues a turn with no dispatch time: its clock is not the one the sweeper judges by.
-    # The first sweep that sees the turn still queued notes when, and its copies count from then.
-    turns.filter(turn=Message.Turn.PENDING, dispatched_at__isnull=True).update(dispatched_at=now)
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
 
 
@@ -115,7 +112,8 @@ def _waited_out(now) -> Q:
     waited = Q(redispatches__gte=cap, dispatched_at__lt=quiet(cap))
     for copies in range(cap):
         waited |= Q(redispatches=copies, dispatched_at__lt=quiet(copies))
-    return waited
+    # Queued before this column said when (none of the platform's own writes leave it empty).
+    return waited | Q(dispatched_at__isnull=True, created_at__lt=quiet(0))
 
 
 def _give_up(turn: Turn, now, superseded: bool = False) -> bool:

@@ -26,7 +26,7 @@ import json
 import re
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import JSONField, Model
+from django.db.models import DateTimeField, JSONField, Model
 
 
 def _connection():
@@ -257,12 +257,30 @@ def prep(model: type[Model], name: str, value):
     return model._meta.get_field(name).get_db_prep_save(value, _connection())
 
 
+class DatabaseClockField(DateTimeField):
+    """A time one process writes and another judges: insert() writes it on the database's clock.
+
+    Set to any time, it means "now": on PostgreSQL the INSERTs written here
+    store the server's clock_timestamp() in its place, so how far the
+    writing host's clock is off does not matter to the process that compares
+    it with the database's now. Empty stays empty. Elsewhere (SQLite: one
+    process on one host) the value itself is stored, as the ORM's writes
+    store it everywhere.
+    """
+
+
+def _placeholder(field, vendor: str) -> str:
+    if vendor == "postgresql" and isinstance(field, DatabaseClockField):
+        return "CASE WHEN %s::timestamptz IS NULL THEN NULL ELSE clock_timestamp() END"
+    return "%s"
+
+
 @functools.cache
-def _insert_statement(model: type[Model], rows: int) -> tuple[str, tuple, object]:
+def _insert_statement(model: type[Model], rows: int, vendor: str) -> tuple[str, tuple, object]:
     """(SQL, the fields it writes, the auto primary key it returns or None) of an INSERT of `rows` rows."""
     auto = model._meta.auto_field
     fields = tuple(field for field in model._meta.concrete_fields if field is not auto)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    row = "(" + ", ".join(_placeholder(field, vendor) for field in fields) + ")"
     sql = (
         f"INSERT INTO {table(model)} ({', '.join(quote(f.column) for f in fields)}) "
         f"VALUES {', '.join([row] * rows)}"
@@ -282,7 +300,7 @@ def insert(objs: list[Model]) -> None:
     if not objs:
         return
     connection = _connection()
-    sql, fields, auto = _insert_statement(type(objs[0]), len(objs))
+    sql, fields, auto = _insert_statement(type(objs[0]), len(objs), connection.vendor)
     with _cursor(connection) as cursor:
         _execute(connection, cursor, sql, _insert_values(connection, objs, fields))
         pks = [pk for (pk,) in cursor.fetchall()] if auto is not None else None
@@ -316,7 +334,7 @@ def _insert_all_statement(
     """
     parts, returned, writes = [], [], []
     for n, (model, rows) in enumerate(shape):
-        statement, fields, auto = _insert_statement(model, rows)
+        statement, fields, auto = _insert_statement(model, rows, "postgresql")
         parts.append(f"i{n} AS ({statement})")
         returned.append(f"(SELECT array_agg({quote(auto.column)}) FROM i{n})" if auto is not None else "NULL")
         writes.append((fields, auto))

@@ -20,6 +20,7 @@ from tasks_app.push import _claim_next
 from tasks_app.sweeper import turn_sweep
 from tasks_app.turns import Turn
 from tasks_app.turns.lease import turn_claim, turn_renew
+from tenants import sql
 from tests.conftest import SERVICES_MODE
 from tests.tasks_app.turn_rows import running_turn
 
@@ -78,6 +79,28 @@ def test_a_turn_just_dispatched_is_not_sent_again_by_a_sweeper_whose_clock_is_ah
     assert turn_sweep(task_pks=[message.task_id]) == NOTHING_SWEPT
     message.refresh_from_db()
     assert (message.turn, message.dispatched_at) == (Message.Turn.PENDING, dispatched_at)
+
+
+def test_a_turn_queued_by_a_web_host_whose_clock_is_behind_is_not_sent_again_at_once(stored, host_clock):
+    # The accept's INSERT (tenants/sql.py) writes the dispatch time on the database's clock.
+    task, message = running_turn(attempts=0, lease_seconds=0)
+    host_clock(timedelta(hours=-1))
+    queued = Message(
+        tenant_id=task.tenant_id,
+        task=task,
+        context_id=task.context_id,
+        message_id=f"queued-{message.message_id}",
+        role=Message.Role.USER,
+        parts=[{"text": "queued"}],
+        turn=Message.Turn.PENDING,
+        dispatched_at=timezone.now(),
+    )
+    sql.insert([queued])
+    host_clock(timedelta(0))
+    queued.refresh_from_db()
+    assert abs((queued.dispatched_at - timezone.now()).total_seconds()) < 60, queued.dispatched_at
+    assert turn_sweep(task_pks=[task.pk])["redispatched"] == 0
+    assert Message.objects.get(pk=queued.pk).redispatches == 0
 
 
 def test_a_webhook_attempt_in_flight_is_not_taken_over_by_a_worker_whose_clock_is_ahead(stored, host_clock):

@@ -350,9 +350,9 @@ class PushDelivery(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     response_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
-    # Earliest time a retry may be sent; None for first attempts.
+    # Earliest time a retry may be sent, on the database's clock; None for first attempts.
     not_before = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = sql.DatabaseClockField(auto_now_add=True)  # push_sweep judges it by the database's clock
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -30,7 +30,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import DateTimeField, Q, Value
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
@@ -216,7 +216,8 @@ def push_deliveries_queue(task: Task, events: list[TaskEvent]) -> None:
     ]
     if not config_pks or not events:
         return
-    PushDelivery.objects.bulk_create(
+    # Hand-written too: created_at on the database's clock, which push_sweep judges it by.
+    sql.insert(
         [PushDelivery(config_id=pk, event=event, seq=event.seq) for event in events for pk in config_pks]
     )
     seq = events[0].seq
@@ -248,14 +249,16 @@ def push_deliver(config_pk: int, seq: int | None = None) -> int:
 
 def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
     """Claim the config's oldest open attempt, or None if it is not ours to send now."""
+    # With the database's now: a retry is due by the clock its not_before was written on.
     head = (
         PushDelivery.objects.filter(config_id=config_pk, status__in=PushDelivery.OPEN)
+        .annotate(database_now=_now_column())
         .order_by("seq", "attempt")
         .first()
     )
     if head is None:
         return None
-    now = timezone.now()
+    now = head.database_now
     claim = PushDelivery.objects.filter(pk=head.pk, status=head.status)
     if head.status == PushDelivery.Status.SENDING:
         # Its worker was lost mid-send, if it started PUSH_SENDING_LEASE ago: send it again (at
@@ -274,6 +277,12 @@ def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
     if not claim.update(status=PushDelivery.Status.SENDING, started_at=database_now()):
         return None  # another job claimed it and carries the chain on
     return PushDelivery.objects.select_related("config", "event").get(pk=head.pk)
+
+
+def _now_column():
+    """database_now() as a column a query reads back (a value on SQLite, as it is there)."""
+    now = database_now()
+    return now if hasattr(now, "resolve_expression") else Value(now, output_field=DateTimeField())
 
 
 # One TLS context for all webhook requests: building one loads the CA bundle.
@@ -381,7 +390,8 @@ def _record(delivery: PushDelivery, code: int | None, error: str) -> bool:
                 seq=delivery.seq,
                 attempt=delivery.attempt + 1,
                 status=PushDelivery.Status.RETRYING,
-                not_before=now + timedelta(seconds=delay),
+                # On the database's clock, as _claim_next and push_sweep judge it.
+                not_before=database_now() + timedelta(seconds=delay),
             )
             config_pk, seq = delivery.config_id, delivery.seq
             transaction.on_commit(lambda: push_dispatch(config_pk, seq, countdown=delay))
@@ -392,21 +402,29 @@ def _record(delivery: PushDelivery, code: int | None, error: str) -> bool:
 
 def push_sweep() -> dict:
     """Re-dispatch configs whose queued attempts no job will send (lost broker message, dead worker)."""
-    now = timezone.now()
+    config_pks = list(stuck_configs())
+    for config_pk in config_pks:
+        push_dispatch(config_pk)
+    return {"redispatched": len(config_pks)}
+
+
+def stuck_configs():
+    """The configs with an attempt no job will send: quiet for 30 s, or sending for PUSH_SENDING_LEASE.
+
+    Judged on the database's clock, which created_at, not_before and
+    started_at are written on: a sweeper whose clock is behind finds them in time.
+    """
+    now = database_now()
     quiet = now - timedelta(seconds=30)
-    stuck = (
+    return (
         PushDelivery.objects.filter(
             Q(status=PushDelivery.Status.PENDING, created_at__lt=quiet)
             | Q(status=PushDelivery.Status.RETRYING, not_before__lt=quiet)
             | Q(
                 status=PushDelivery.Status.SENDING,
-                started_at__lt=database_now() - timedelta(seconds=settings.PUSH_SENDING_LEASE),
+                started_at__lt=now - timedelta(seconds=settings.PUSH_SENDING_LEASE),
             )
         )
         .values_list("config_id", flat=True)
         .distinct()
     )
-    config_pks = list(stuck)
-    for config_pk in config_pks:
-        push_dispatch(config_pk)
-    return {"redispatched": len(config_pks)}

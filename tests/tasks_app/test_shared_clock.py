@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from tasks_app.models import Message, PushConfig, PushDelivery, TaskEvent
-from tasks_app.push import _claim_next
+from tasks_app.push import _claim_next, _record, stuck_configs
 from tasks_app.sweeper import turn_sweep
 from tasks_app.turns import Turn
 from tasks_app.turns.lease import turn_claim, turn_renew
@@ -40,13 +40,17 @@ def host_clock(monkeypatch):
     return move
 
 
-def lease_left(message: Message) -> float:
-    """Seconds from now to the message's lease_until, both by the database's clock."""
+def seconds_from_database_now(moment) -> float:
     with connection.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
         (database_now,) = cursor.fetchone()
+    return (moment - database_now).total_seconds()
+
+
+def lease_left(message: Message) -> float:
+    """Seconds from now to the message's lease_until, both by the database's clock."""
     message.refresh_from_db()
-    return (message.lease_until - database_now).total_seconds()
+    return seconds_from_database_now(message.lease_until)
 
 
 def queued_turn() -> Message:
@@ -103,12 +107,18 @@ def test_a_turn_queued_by_a_web_host_whose_clock_is_behind_is_not_sent_again_at_
     assert Message.objects.get(pk=queued.pk).redispatches == 0
 
 
-def test_a_webhook_attempt_in_flight_is_not_taken_over_by_a_worker_whose_clock_is_ahead(stored, host_clock):
+def webhook() -> tuple[PushConfig, TaskEvent]:
+    """A push config of a new task, and the task's first event."""
     message = queued_turn()
     event = TaskEvent.objects.create(task_id=message.task_id, seq=1, kind=TaskEvent.Kind.STATUS, payload={})
     config = PushConfig.objects.create(
         tenant_id=message.tenant_id, task_id=message.task_id, config_id="skew", url="http://127.0.0.1:9/hook"
     )
+    return config, event
+
+
+def test_a_webhook_attempt_in_flight_is_not_taken_over_by_a_worker_whose_clock_is_ahead(stored, host_clock):
+    config, event = webhook()
     delivery = PushDelivery.objects.create(
         config=config, event=event, seq=1, status=PushDelivery.Status.SENDING, started_at=timezone.now()
     )
@@ -117,3 +127,28 @@ def test_a_webhook_attempt_in_flight_is_not_taken_over_by_a_worker_whose_clock_i
     started_at = delivery.started_at
     delivery.refresh_from_db()
     assert (delivery.status, delivery.started_at) == (PushDelivery.Status.SENDING, started_at)
+
+
+def test_a_webhook_retry_falls_due_by_the_databases_clock(stored, host_clock, settings):
+    settings.PUSH_RETRY_BASE_DELAY = 30.0  # its job comes long after this test
+    config, event = webhook()
+    delivery = PushDelivery.objects.create(
+        config=config, event=event, seq=1, status=PushDelivery.Status.SENDING, started_at=timezone.now()
+    )
+    host_clock(timedelta(hours=-1))  # the worker whose attempt failed is an hour behind
+    assert _record(delivery, 500, "HTTP 500 Internal Server Error") is False
+    retry = PushDelivery.objects.get(config=config, attempt=2)
+    assert 25 < seconds_from_database_now(retry.not_before) <= 30
+    host_clock(timedelta(hours=1))  # a worker an hour ahead neither sends it early nor finds it lost
+    assert _claim_next(config.pk, None) is None
+    assert config.pk not in set(stuck_configs())
+    retry.refresh_from_db()
+    assert retry.status == PushDelivery.Status.RETRYING
+
+
+def test_a_new_webhook_attempt_is_not_found_lost_when_its_worker_is_behind(stored, host_clock):
+    config, event = webhook()
+    host_clock(timedelta(hours=-1))  # the worker whose turn queued it is an hour behind
+    sql.insert([PushDelivery(config=config, event=event, seq=1)])
+    host_clock(timedelta(0))
+    assert config.pk not in set(stuck_configs())

@@ -23,14 +23,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.models import Agent
-from tasks_app.models import Artifact, Context, Message, Task, TaskEvent
+from tasks_app.models import Artifact, Context, Message, PushDelivery, Task, TaskEvent
 from tasks_app.protocol.convert import message_dict, timestamp
 from tasks_app.selectors import task_snapshot
 from tenants import sql
 
 
 @pytest.mark.parametrize(
-    "model", [Context, Task, Message, Artifact, TaskEvent], ids=lambda model: model.__name__
+    "model", [Context, Task, Message, Artifact, TaskEvent, PushDelivery], ids=lambda model: model.__name__
 )
 def test_models_written_without_save_have_no_save_receivers(model):
     assert not pre_save.has_listeners(model)

@@ -163,6 +163,22 @@ if DATABASE_URL:
         DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
             None if _prepare == "off" else int(_prepare)
         )
+        # A connection whose server vanished without a word (its host died, a failover, a
+        # dropped route) fails within seconds instead of holding its thread for the kernel's
+        # ~15 minutes: a statement sent into the void by DB_TCP_USER_TIMEOUT, a wait for an
+        # answer by keepalive probes (DB_KEEPALIVES_IDLE, then DB_KEEPALIVES_COUNT unanswered
+        # probes DB_KEEPALIVES_INTERVAL apart). 0: the kernel's defaults.
+        _user_timeout = env_float("DB_TCP_USER_TIMEOUT", 30.0)
+        _keepalives_idle = env_int("DB_KEEPALIVES_IDLE", 30)
+        if _user_timeout > 0:
+            DATABASES["default"]["OPTIONS"]["tcp_user_timeout"] = int(_user_timeout * 1000)
+        if _keepalives_idle > 0:
+            DATABASES["default"]["OPTIONS"].update(
+                keepalives=1,
+                keepalives_idle=_keepalives_idle,
+                keepalives_interval=env_int("DB_KEEPALIVES_INTERVAL", 10),
+                keepalives_count=env_int("DB_KEEPALIVES_COUNT", 3),
+            )
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
             "max_size": env_int("DB_POOL_MAX", 40),

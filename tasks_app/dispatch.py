@@ -65,7 +65,17 @@ def _run_embedded(name: str, args: tuple) -> None:
         close_old_connections()
 
 
-def job_send(name: str, *args, countdown: float | None = None) -> bool:
+# Services mode: which of a queue's jobs a free worker thread takes first. On Redis (kombu's
+# priority steps 0, 3, 6, 9: one list each, read lowest first) a job without a priority is in
+# step 0. Turns are behind the rest, so that when every thread runs a turn the sweeps and the
+# webhook deliveries do not wait behind the whole backlog; a turn run again after its worker was
+# lost is ahead of new ones, which it came before. Embedded, jobs start in the order they come.
+PRIORITY_FIRST = 0  # sweeps, webhook deliveries, an agent's cancel(): short jobs
+PRIORITY_TURN_AGAIN = 3
+PRIORITY_TURN = 6
+
+
+def job_send(name: str, *args, countdown: float | None = None, priority: int = PRIORITY_FIRST) -> bool:
     """Queue one job; False (logged) if it could not be handed over."""
     try:
         if settings.EMBEDDED_WORKER:
@@ -77,16 +87,23 @@ def job_send(name: str, *args, countdown: float | None = None) -> bool:
                 _submit_embedded(name, args)
         else:
             # argsrepr: Celery's own (a size-capped repr) costs more than the plain one of a job's ids.
-            current_app.send_task(name, args=args, countdown=countdown, argsrepr=repr(args))
+            current_app.send_task(
+                name, args=args, countdown=countdown, priority=priority, argsrepr=repr(args)
+            )
     except Exception:
         logger.exception("Could not queue %s%r; the sweeper will retry", name, args)
         return False
     return True
 
 
-def turn_dispatch(task_pk, message_pk: int) -> bool:
-    """Hand a stored turn to the workers. A broker failure only delays it: the sweeper retries."""
-    return job_send(RUN_TURN, str(task_pk), message_pk)
+def turn_dispatch(task_pk, message_pk: int, *, again: bool = False) -> bool:
+    """Hand a stored turn to the workers. A broker failure only delays it: the sweeper retries.
+
+    `again`: the turn is run again after its worker was lost, ahead of turns queued since.
+    """
+    return job_send(
+        RUN_TURN, str(task_pk), message_pk, priority=PRIORITY_TURN_AGAIN if again else PRIORITY_TURN
+    )
 
 
 def agent_cancel_dispatch(task_pk) -> bool:

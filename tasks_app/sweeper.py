@@ -73,7 +73,7 @@ def turn_sweep(*, task_pks=None) -> dict:
                 attempts,
                 extra={"task_id": str(task_pk)},
             )
-            turn_dispatch(task_pk, message_pk)
+            turn_dispatch(task_pk, message_pk, again=True)
             requeued += 1
     queued_quietly = turns.filter(turn=Message.Turn.PENDING).filter(_waited_out(now))
     for message_pk, task_pk in queued_quietly.values_list("pk", "task_id")[:SWEEP_BATCH]:

@@ -262,10 +262,10 @@ def webserve_args(port: int, processes: int | None = None) -> list[str]:
     return args + (["--processes", str(processes)] if processes else [])
 
 
-def start_celery_worker(name: str, env: dict, log_dir: Path) -> Process:
+def start_celery_worker(name: str, env: dict, log_dir: Path, threads: int = 8) -> Process:
     """A separate Celery worker process of 8 threads, as the compose file runs one, ready to take turns."""
     args = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
-    args += ["--concurrency", "8", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    args += ["--concurrency", str(threads), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     process = spawn(name, args, env, log_dir)
     wait_started(process, lambda: "ready." in process.output(), "the Celery worker")
     return process

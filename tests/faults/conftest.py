@@ -31,6 +31,8 @@ AGENTS = {
     "fault-blocker": ("sleeper", {"seconds": 5, "blocking": True}),
     # Waits without holding its loop: its watcher renews the lease every heartbeat.
     "fault-sleeper": ("sleeper", {"seconds": 12}),
+    "fault-hold": ("sleeper", {"seconds": 8}),
+    "fault-nap": ("sleeper", {"seconds": 1}),
 }
 LOG_TAIL_LINES = 60
 LOGS_SHOWN = 6

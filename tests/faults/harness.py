@@ -67,10 +67,10 @@ class Stack:
         self.processes += platform.processes
         return platform
 
-    def start_worker(self, name: str = "worker", env: dict | None = None) -> Process:
-        """A Celery worker; `env`: extra environment for this one only."""
+    def start_worker(self, name: str = "worker", env: dict | None = None, threads: int = 8) -> Process:
+        """A Celery worker of `threads` threads; `env`: extra environment for this one only."""
         extra = {**self.extra_env(), **(env or {})}
-        process = start_celery_worker(name, child_env(self.settings(), extra), self.log_dir)
+        process = start_celery_worker(name, child_env(self.settings(), extra), self.log_dir, threads)
         self.processes.append(process)
         return process
 

@@ -167,18 +167,18 @@ if DATABASE_URL:
         # dropped route) fails within seconds instead of holding its thread for the kernel's
         # ~15 minutes: a statement sent into the void by DB_TCP_USER_TIMEOUT, a wait for an
         # answer by keepalive probes (DB_KEEPALIVES_IDLE, then DB_KEEPALIVES_COUNT unanswered
-        # probes DB_KEEPALIVES_INTERVAL apart). 0: the kernel's defaults.
+        # probes DB_KEEPALIVES_INTERVAL apart; Linux ends the wait at the user timeout if that
+        # comes first). 0: the kernel's defaults. Values given in DATABASE_URL's query win.
+        _options = DATABASES["default"]["OPTIONS"]
         _user_timeout = env_float("DB_TCP_USER_TIMEOUT", 30.0)
         _keepalives_idle = env_int("DB_KEEPALIVES_IDLE", 30)
         if _user_timeout > 0:
-            DATABASES["default"]["OPTIONS"]["tcp_user_timeout"] = int(_user_timeout * 1000)
+            _options.setdefault("tcp_user_timeout", int(_user_timeout * 1000))
         if _keepalives_idle > 0:
-            DATABASES["default"]["OPTIONS"].update(
-                keepalives=1,
-                keepalives_idle=_keepalives_idle,
-                keepalives_interval=env_int("DB_KEEPALIVES_INTERVAL", 10),
-                keepalives_count=env_int("DB_KEEPALIVES_COUNT", 3),
-            )
+            _options.setdefault("keepalives", 1)
+            _options.setdefault("keepalives_idle", _keepalives_idle)
+            _options.setdefault("keepalives_interval", env_int("DB_KEEPALIVES_INTERVAL", 10))
+            _options.setdefault("keepalives_count", env_int("DB_KEEPALIVES_COUNT", 3))
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
             "max_size": env_int("DB_POOL_MAX", 40),

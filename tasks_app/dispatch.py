@@ -66,16 +66,17 @@ def _run_embedded(name: str, args: tuple) -> None:
 
 
 # Services mode: which of a queue's jobs a free worker thread takes first. On Redis (kombu's
-# priority steps 0, 3, 6, 9: one list each, read lowest first) a job without a priority is in
-# step 0. Turns are behind the rest, so that when every thread runs a turn the sweeps and the
-# webhook deliveries do not wait behind the whole backlog; a turn run again after its worker was
-# lost is ahead of new ones, which it came before. Embedded, jobs start in the order they come.
-PRIORITY_FIRST = 0  # sweeps, webhook deliveries, an agent's cancel(): short jobs
-PRIORITY_TURN_AGAIN = 3
-PRIORITY_TURN = 6
+# priority steps 0, 3, 6, 9: one list each, read lowest first) a job sent without a priority is
+# in step 0: beat's sweeps, so that when every thread runs a turn the first to come free sweeps
+# instead of running the whole backlog first. A turn run again after its worker was lost comes
+# next, ahead of the turns queued since; every other job (new turns, webhook deliveries, an
+# agent's cancel()) takes its turn in the order it came, as all jobs did before. Embedded, jobs
+# start in the order they come (its sweeper is a thread of its own).
+PRIORITY_AGAIN = 3
+PRIORITY_JOBS = 6
 
 
-def job_send(name: str, *args, countdown: float | None = None, priority: int = PRIORITY_FIRST) -> bool:
+def job_send(name: str, *args, countdown: float | None = None, priority: int = PRIORITY_JOBS) -> bool:
     """Queue one job; False (logged) if it could not be handed over."""
     try:
         if settings.EMBEDDED_WORKER:
@@ -99,11 +100,9 @@ def job_send(name: str, *args, countdown: float | None = None, priority: int = P
 def turn_dispatch(task_pk, message_pk: int, *, again: bool = False) -> bool:
     """Hand a stored turn to the workers. A broker failure only delays it: the sweeper retries.
 
-    `again`: the turn is run again after its worker was lost, ahead of turns queued since.
+    `again`: a turn attempted before, whose worker was lost: ahead of the turns queued since.
     """
-    return job_send(
-        RUN_TURN, str(task_pk), message_pk, priority=PRIORITY_TURN_AGAIN if again else PRIORITY_TURN
-    )
+    return job_send(RUN_TURN, str(task_pk), message_pk, priority=PRIORITY_AGAIN if again else PRIORITY_JOBS)
 
 
 def agent_cancel_dispatch(task_pk) -> bool:

@@ -21,7 +21,6 @@ Every change is a conditional UPDATE on what the sweep read, so two sweepers
 """
 
 import logging
-import math
 from datetime import timedelta
 
 from django.conf import settings
@@ -76,44 +75,62 @@ def turn_sweep(*, task_pks=None) -> dict:
             turn_dispatch(task_pk, message_pk, again=True)
             requeued += 1
     queued_quietly = turns.filter(turn=Message.Turn.PENDING).filter(_waited_out(now))
-    for message_pk, task_pk in queued_quietly.values_list("pk", "task_id")[:SWEEP_BATCH]:
+    found = queued_quietly.values_list("pk", "task_id", "turn_attempts")[:SWEEP_BATCH]
+    for message_pk, task_pk, attempts in found:
         # Still as the sweep read it: of sweeps run side by side (a backlog, after an outage), one sends it.
-        if queued_quietly.filter(pk=message_pk).update(dispatched_at=now, redispatches=F("redispatches") + 1):
-            logger.info(
-                "Turn %s of task %s is still queued; sending it again",
-                message_pk,
-                task_pk,
-                extra={"task_id": str(task_pk)},
-            )
-            turn_dispatch(task_pk, message_pk)
+        copy = {"dispatched_at": now, "redispatches": F("redispatches") + 1}
+        if not queued_quietly.filter(pk=message_pk).update(**copy):
+            continue
+        logger.info(
+            "Turn %s of task %s is still queued; sending it again",
+            message_pk,
+            task_pk,
+            extra={"task_id": str(task_pk)},
+        )
+        # A turn attempted before lost its worker: its copy goes ahead of the turns queued since.
+        if turn_dispatch(task_pk, message_pk, again=attempts > 0):
             redispatched += 1
+        else:
+            # Not sent (the broker is out of reach): the next try waits as long as this one did.
+            Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(
+                redispatches=F("redispatches") - 1
+            )
     return {"requeued": requeued, "failed": failed, "redispatched": redispatched}
+
+
+def _redispatch_waits() -> list[float]:
+    """Each copy's wait (the last one: every later copy's too): the first doubled up to the cap."""
+    first = max(settings.A2A_TURN_REDISPATCH_AFTER, 0.0)
+    most = max(settings.A2A_TURN_REDISPATCH_MAX, first)
+    waits = [first]
+    while 0 < waits[-1] < most:
+        waits.append(min(waits[-1] * 2, most))
+    return waits
 
 
 def redispatch_wait(copies: int) -> float:
     """Seconds a queued turn sent again `copies` times waits before the sweeper sends it once more."""
-    first, most = settings.A2A_TURN_REDISPATCH_AFTER, settings.A2A_TURN_REDISPATCH_MAX
-    return most if copies >= math.log2(most / first) else first * 2**copies
+    waits = _redispatch_waits()
+    return waits[min(copies, len(waits) - 1)]
 
 
 def _waited_out(now) -> Q:
     """Queued turns that have waited their redispatch_wait() since they were last handed out.
 
-    One condition per number of copies below the cap, so each compares
-    dispatched_at with a constant (an index range, on every database).
+    One condition per number of copies below the cap, each comparing
+    dispatched_at with a constant (the open turns' index finds the rows).
     """
-    cap = 0
-    while redispatch_wait(cap) < settings.A2A_TURN_REDISPATCH_MAX:
-        cap += 1
+    waits = _redispatch_waits()
+    *below, cap = waits
 
-    def quiet(copies: int):
-        return now - timedelta(seconds=redispatch_wait(copies))
+    def quiet(wait: float):
+        return now - timedelta(seconds=wait)
 
-    waited = Q(redispatches__gte=cap, dispatched_at__lt=quiet(cap))
-    for copies in range(cap):
-        waited |= Q(redispatches=copies, dispatched_at__lt=quiet(copies))
+    waited = Q(redispatches__gte=len(below), dispatched_at__lt=quiet(cap))
+    for copies, wait in enumerate(below):
+        waited |= Q(redispatches=copies, dispatched_at__lt=quiet(wait))
     # Queued before this column said when (none of the platform's own writes leave it empty).
-    return waited | Q(dispatched_at__isnull=True, created_at__lt=quiet(0))
+    return waited | Q(dispatched_at__isnull=True, created_at__lt=quiet(waits[0]))
 
 
 def _give_up(turn: Turn, now, superseded: bool = False) -> bool:

@@ -24,6 +24,7 @@ import functools
 import itertools
 import json
 import re
+import sqlite3
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import DateTimeField, JSONField, Model
@@ -290,8 +291,17 @@ def _insert_statement(model: type[Model], rows: int, vendor: str) -> tuple[str, 
     return sql, fields, auto
 
 
+def most_values(connection) -> int:
+    """The most values one statement may bind: PostgreSQL's protocol counts them in 16 bits;
+    SQLite's limit is 32,766 since 3.32 (Django's features keep the 999 of older builds)."""
+    if connection.vendor == "sqlite":
+        return 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
+    return 65535
+
+
 def insert(objs: list[Model]) -> None:
-    """INSERT new instances of one model in one statement, as save()/bulk_create would.
+    """INSERT new instances of one model, as save()/bulk_create would: one statement, or one per
+    most_values() worth of rows.
 
     Fills auto_now(_add) fields and, for a model with an auto primary key, each
     instance's pk (RETURNING). No signals are sent: the models written here
@@ -300,11 +310,14 @@ def insert(objs: list[Model]) -> None:
     if not objs:
         return
     connection = _connection()
-    sql, fields, auto = _insert_statement(type(objs[0]), len(objs), connection.vendor)
-    with _cursor(connection) as cursor:
-        _execute(connection, cursor, sql, _insert_values(connection, objs, fields))
-        pks = [pk for (pk,) in cursor.fetchall()] if auto is not None else None
-    _stored(connection, objs, auto, pks)
+    rows = max(1, most_values(connection) // width(type(objs[0])))
+    for start in range(0, len(objs), rows):
+        chunk = objs[start : start + rows]
+        sql, fields, auto = _insert_statement(type(chunk[0]), len(chunk), connection.vendor)
+        with _cursor(connection) as cursor:
+            _execute(connection, cursor, sql, _insert_values(connection, chunk, fields))
+            pks = [pk for (pk,) in cursor.fetchall()] if auto is not None else None
+        _stored(connection, chunk, auto, pks)
 
 
 def _insert_values(connection, objs: list[Model], fields) -> list:
@@ -364,7 +377,8 @@ def insert_all(groups: list[list[Model]], also: list[tuple[str, list]] = ()) -> 
     """
     groups = [objs for objs in groups if objs]
     connection = _connection()
-    if connection.vendor != "postgresql" or len(groups) + len(also) < 2:
+    values = sum(len(objs) * width(type(objs[0])) for objs in groups) + sum(len(v) for _, v in also)
+    if connection.vendor != "postgresql" or len(groups) + len(also) < 2 or values > most_values(connection):
         for objs in groups:
             insert(objs)
         return [execute(statement, params) for statement, params in also]

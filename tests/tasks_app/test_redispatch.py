@@ -53,12 +53,23 @@ def sent_again(message: Message) -> bool:
 
 def test_each_copy_of_a_queued_turn_waits_twice_as_long_as_the_last_up_to_the_cap(stored):
     first = settings.A2A_TURN_REDISPATCH_AFTER
-    assert [redispatch_wait(n) for n in range(3)] == [first, 2 * first, 4 * first]
+    assert [redispatch_wait(n) for n in range(4)] == [first, 2 * first, 4 * first, 8 * first]
     assert redispatch_wait(1000) == settings.A2A_TURN_REDISPATCH_MAX
-    for copies in (0, 1, 2, 7, 30):
+    for copies in (0, 1, 2, 3, 4, 7, 30):
         wait = redispatch_wait(copies)
         assert not sent_again(queued_turn(wait - 1, copies)), f"copy {copies + 1} came early"
         assert sent_again(queued_turn(wait + 1, copies)), f"copy {copies + 1} never came"
+
+
+def test_a_turn_queued_with_no_dispatch_time_is_sent_again_by_its_age(stored):
+    # Queued before the column said when: its creation time stands in.
+    message = queued_turn(0, 0)
+    Message.objects.filter(pk=message.pk).update(dispatched_at=None, created_at=timezone.now())
+    assert not sent_again(message)
+    Message.objects.filter(pk=message.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.A2A_TURN_REDISPATCH_AFTER + 1)
+    )
+    assert sent_again(message)
 
 
 def test_a_turn_run_again_after_its_worker_was_lost_starts_its_copies_over(stored):

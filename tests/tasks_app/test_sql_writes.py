@@ -202,3 +202,23 @@ def test_insert_all_runs_updates_in_the_same_statement_and_counts_their_rows(sto
         assert Task.objects.get(pk=task.pk).event_seq == 1
         assert list(TaskEvent.objects.filter(task=task).values_list("seq", flat=True)) == [1]
         transaction.set_rollback(True)
+
+
+def test_an_insert_of_more_values_than_a_statement_binds_is_split_and_keeps_every_key(stored):
+    """sql.insert and insert_all: rows past most_values() go in further statements, keyed in order."""
+    agent = Agent.objects.select_related("tenant").get(tenant__slug="demo", slug="echo")
+    context = Context.objects.create(tenant=agent.tenant, owner="anonymous", context_id=str(uuid.uuid4()))
+    task = Task.objects.create(
+        tenant=agent.tenant, agent=agent, context=context, owner="anonymous", status_timestamp=timezone.now()
+    )
+    count = sql.most_values(connection) // sql.width(TaskEvent) + 7
+    events = [TaskEvent(task=task, seq=n, kind=TaskEvent.Kind.STATUS, payload={"n": n}) for n in range(count)]
+    more = [TaskEvent(task=task, seq=count + n, kind=TaskEvent.Kind.STATUS, payload={}) for n in range(3)]
+    with transaction.atomic():
+        sql.insert(events)
+        sql.insert_all(
+            [more, [TaskEvent(task=task, seq=2 * count + n, kind="status", payload={}) for n in range(count)]]
+        )
+    stored_keys = dict(TaskEvent.objects.filter(task=task).values_list("seq", "pk"))
+    assert len(stored_keys) == 2 * count + 3
+    assert [event.pk for event in events + more] == [stored_keys[event.seq] for event in events + more]

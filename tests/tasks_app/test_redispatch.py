@@ -83,7 +83,7 @@ def test_a_turn_run_again_after_its_worker_was_lost_starts_its_copies_over(store
 
 
 # A live backlog on the embedded default, whose sweeper is a thread of its own: in services
-# mode the sweeps are jobs of the same queue, behind the very turns they would send again.
+# mode a sweep is a job, and waits for a free worker thread as the turns it would send again do.
 TASKS = 10
 FIRST_WAIT, MOST_WAIT = 0.5, 4.0
 

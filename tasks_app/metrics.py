@@ -83,6 +83,12 @@ PUSH_DELIVERIES = Counter(
     "Push notification attempts, by outcome: succeeded, failed (tried again later), given_up.",
     ["outcome"],
 )
+SWEPT_TURNS = Counter(
+    "a2a_swept_turns",
+    "Turns the sweeper acted on, by action: run_again (its worker was lost), copied (still queued: "
+    "its job sent again), failed (lost on its last attempt: its task failed).",
+    ["action"],
+)
 QUOTA_REFUSALS = Counter(
     "a2a_quota_refusals",
     "Requests refused by a quota, by reason (the quota's name, never a tenant).",
@@ -147,6 +153,11 @@ def turn_done(handler: str, outcome: str, seconds: float) -> None:
 
 def push_attempt(outcome: str) -> None:
     PUSH_DELIVERIES.labels(outcome).inc()
+
+
+def turn_swept(action: str) -> None:
+    """Count what the sweeper did to a turn: run_again, copied or failed."""
+    SWEPT_TURNS.labels(action).inc()
 
 
 def quota_refused(reason: str) -> None:

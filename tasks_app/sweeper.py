@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
+from tasks_app import metrics
 from tasks_app.db import database_now
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import SETTLED_STATES
@@ -58,6 +59,7 @@ def turn_sweep(*, task_pks=None) -> dict:
             # A task that ended, waits for an answer or has a later turn has nothing to run again.
             if _give_up(turn, now, superseded) and state not in SETTLED_STATES and not superseded:
                 failed += 1
+                metrics.turn_swept("failed")
             continue
         back = (
             owned_turn(turn)
@@ -74,6 +76,7 @@ def turn_sweep(*, task_pks=None) -> dict:
             )
             turn_dispatch(task_pk, message_pk, again=True)
             requeued += 1
+            metrics.turn_swept("run_again")
     queued_quietly = turns.filter(turn=Message.Turn.PENDING).filter(_waited_out(now))
     found = queued_quietly.values_list("pk", "task_id", "turn_attempts")[:SWEEP_BATCH]
     for message_pk, task_pk, attempts in found:
@@ -90,6 +93,7 @@ def turn_sweep(*, task_pks=None) -> dict:
         # A turn attempted before lost its worker: its copy goes ahead of the turns queued since.
         if turn_dispatch(task_pk, message_pk, again=attempts > 0):
             redispatched += 1
+            metrics.turn_swept("copied")
         else:
             # Not sent (the broker is out of reach): the next try waits as long as this one did.
             Message.objects.filter(pk=message_pk, turn=Message.Turn.PENDING).update(

@@ -20,11 +20,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Agent
+from tasks_app import metrics
 from tasks_app.models import Message
 from tasks_app.sweeper import redispatch_wait, turn_sweep
 from tenants.models import Tenant
 from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web
+from tests.platform.test_metrics import sample, scrape
 from tests.tasks_app.turn_rows import running_turn
 
 SENT_AGAIN = re.compile(r"Turn \d+ of task (\S+) is still queued; sending it again")
@@ -42,13 +44,22 @@ def queued_turn(waiting: float, copies: int) -> Message:
     return message
 
 
+def swept(action: str) -> float:
+    """This process's a2a_swept_turns_total for `action`."""
+    return metrics.SWEPT_TURNS.labels(action)._value.get()
+
+
 def sent_again(message: Message) -> bool:
-    """Whether a sweep sends the turn again (and counts the copy)."""
-    before = Message.objects.values_list("redispatches", flat=True).get(pk=message.pk)
-    swept = turn_sweep(task_pks=[message.task_id])["redispatched"]
+    """Whether a sweep sends the turn again (and counts the copy, in its row and in /metrics)."""
+    before, counted = (
+        Message.objects.values_list("redispatches", flat=True).get(pk=message.pk),
+        swept("copied"),
+    )
+    copies = turn_sweep(task_pks=[message.task_id])["redispatched"]
     after = Message.objects.values_list("redispatches", flat=True).get(pk=message.pk)
-    assert after == before + swept, (before, swept, after)
-    return bool(swept)
+    assert after == before + copies, (before, copies, after)
+    assert swept("copied") == counted + copies
+    return bool(copies)
 
 
 def test_each_copy_of_a_queued_turn_waits_twice_as_long_as_the_last_up_to_the_cap(stored):
@@ -77,7 +88,9 @@ def test_a_turn_run_again_after_its_worker_was_lost_starts_its_copies_over(store
     Message.objects.filter(pk=message.pk).update(
         turn=Message.Turn.RUNNING, turn_attempts=1, lease_until=timezone.now() - timedelta(seconds=1)
     )
+    run_again = swept("run_again")
     assert turn_sweep(task_pks=[message.task_id])["requeued"] == 1
+    assert swept("run_again") == run_again + 1
     # Its next copy, if its new job is lost too, comes after A2A_TURN_REDISPATCH_AFTER.
     assert Message.objects.values_list("redispatches", flat=True).get(pk=message.pk) == 0
 
@@ -129,6 +142,7 @@ def test_a_backlog_of_turns_is_sent_again_a_few_times_each_not_every_sweep(store
         rows = list(turns.values_list("created_at", "turn_started_at", "turn_attempts", "redispatches"))
         # The copies of these turns (the sweeper sees the others the session left queued, too).
         copies = sum(task_id in task_ids for task_id in SENT_AGAIN.findall(web.processes[0].output()))
+        counted = sample(scrape(web.base_url), "a2a_swept_turns_total", action="copied")
     finally:
         web.stop()
     waits = sorted((started - created).total_seconds() for created, started, _, _ in rows)
@@ -140,4 +154,5 @@ def test_a_backlog_of_turns_is_sent_again_a_few_times_each_not_every_sweep(store
     assert waits[-1] >= 6, f"the backlog drained too fast to test anything: {figures}"
     assert copies > 0, f"the server's log shows no copy sent: {figures}"
     assert copies == sum(redispatches for *_, redispatches in rows), figures
+    assert counted >= copies, f"/metrics counted {counted} copies: {figures}"
     assert copies <= allowed, f"turns were sent again too often: {figures}"

@@ -9,6 +9,7 @@ import uuid
 
 from django.conf import settings
 
+from tasks_app import metrics
 from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.sweeper import turn_sweep
 from tests.tasks_app.turn_rows import running_turn
@@ -20,7 +21,9 @@ def _lost_turn(*, attempts: int, state: str = TaskState.WORKING) -> tuple[Task, 
 
 def test_a_turn_lost_on_its_last_attempt_fails_its_task_saying_why(stored):
     task, message = _lost_turn(attempts=settings.A2A_TURN_MAX_ATTEMPTS)
+    failed = metrics.SWEPT_TURNS.labels("failed")._value.get()
     turn_sweep(task_pks=[task.pk])
+    assert metrics.SWEPT_TURNS.labels("failed")._value.get() == failed + 1
     task.refresh_from_db()
     message.refresh_from_db()
     assert task.state == TaskState.FAILED

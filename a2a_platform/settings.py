@@ -299,7 +299,7 @@ A2A_TURN_MAX_ATTEMPTS = env_int("A2A_TURN_MAX_ATTEMPTS", 3)
 # further copy of it waits twice as long as the one before, up to A2A_TURN_REDISPATCH_MAX
 # (a backlog's turns are not lost, only waiting: tasks_app/sweeper.py).
 A2A_TURN_REDISPATCH_AFTER = env_float("A2A_TURN_REDISPATCH_AFTER", 5.0)
-A2A_TURN_REDISPATCH_MAX = max(env_float("A2A_TURN_REDISPATCH_MAX", 60.0), A2A_TURN_REDISPATCH_AFTER)
+A2A_TURN_REDISPATCH_MAX = env_float("A2A_TURN_REDISPATCH_MAX", 60.0)  # below the first wait: no backoff
 # Events an agent emits in a burst are stored in one transaction: a batch is
 # written this many seconds after its first event, or at once when an event
 # ends or interrupts the task.

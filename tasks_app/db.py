@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, connections
+from django.db.models import DateTimeField, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -219,3 +220,9 @@ def database_now():
     if connection.vendor == "postgresql":
         return Now()
     return timezone.now()
+
+
+def database_now_column():
+    """database_now() as a column a query reads back with its rows (annotate)."""
+    now = database_now()
+    return now if hasattr(now, "resolve_expression") else Value(now, output_field=DateTimeField())

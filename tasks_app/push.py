@@ -30,14 +30,14 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import DateTimeField, Q, Value
+from django.db.models import Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
 from agents.outbound import Target, UrlRefused, url_check, url_syntax_check
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
-from tasks_app.db import database_now
+from tasks_app.db import database_now, database_now_column
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
 from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
@@ -252,7 +252,7 @@ def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
     # With the database's now: a retry is due by the clock its not_before was written on.
     head = (
         PushDelivery.objects.filter(config_id=config_pk, status__in=PushDelivery.OPEN)
-        .annotate(database_now=_now_column())
+        .annotate(database_now=database_now_column())
         .order_by("seq", "attempt")
         .first()
     )
@@ -277,12 +277,6 @@ def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
     if not claim.update(status=PushDelivery.Status.SENDING, started_at=database_now()):
         return None  # another job claimed it and carries the chain on
     return PushDelivery.objects.select_related("config", "event").get(pk=head.pk)
-
-
-def _now_column():
-    """database_now() as a column a query reads back (a value on SQLite, as it is there)."""
-    now = database_now()
-    return now if hasattr(now, "resolve_expression") else Value(now, output_field=DateTimeField())
 
 
 # One TLS context for all webhook requests: building one loads the CA bundle.

@@ -71,15 +71,20 @@ class StoreCollector:
                 turns.add_metric([turn], counts.get(turn, 0))
         yield turns
 
-        queue = settings.CELERY_TASK_DEFAULT_QUEUE
         depth = GaugeMetricFamily(
-            "a2a_queue_depth", "Jobs (turns, push deliveries) waiting for a worker.", labels=["queue"]
+            "a2a_queue_depth",
+            "Jobs waiting for a worker: turns on the turn queue; webhook deliveries, cancels and sweeps"
+            " on the control queue.",
+            labels=["queue"],
         )
+        queues = {"turns": settings.CELERY_TASK_DEFAULT_QUEUE, "control": settings.A2A_CONTROL_QUEUE}
         if settings.EMBEDDED_WORKER:
-            depth.add_metric([queue], embedded_queue_depth())
+            for lane, queue in queues.items():
+                depth.add_metric([queue], embedded_queue_depth(lane))
         else:
             try:
-                depth.add_metric([queue], _broker_queue_depth(queue))
+                for queue in queues.values():
+                    depth.add_metric([queue], _broker_queue_depth(queue))
             except Exception as exc:  # the broker is down: no sample, the rest of the scrape still answers
                 logger.warning("Queue depth unavailable: %r", exc)
         yield depth

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -224,6 +225,21 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.02}
 # One queue name per deployment, so two platforms can share a Redis without eating each other's turns.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "a2a-turns")
+# The control lane: the jobs that keep the platform going rather than run an agent (beat's sweeps,
+# webhook deliveries, an agent's cancel()) have a queue of their own, beside the turns'. Every
+# worker takes both queues by default; `workserve` also runs a small worker on this queue alone
+# (WORKER_CONTROL_THREADS), so that a webhook, a sweep or a cancel never waits for a turn thread
+# when every thread runs a long turn (tasks_app/dispatch.py). A worker takes a job only when it
+# has a thread free for it (prefetch = threads, every job acknowledged late), so a busy turn
+# worker does not hold control jobs back.
+A2A_CONTROL_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-control"
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, A2A_CONTROL_QUEUE)
+]
+CELERY_TASK_ROUTES = {
+    f"tasks_app.tasks.{job}": {"queue": A2A_CONTROL_QUEUE}
+    for job in ("deliver_push", "cancel_agent", "sweep_turns", "sweep_push", "sweep_retention")
+}
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -264,6 +280,9 @@ if REDIS_URL:
     }
 # Threads that run agent turns inside `manage.py serve` on the embedded default.
 EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
+# Its control lane: threads of their own for webhook deliveries and an agent's cancel() (its
+# sweeper is a thread already), so that they never wait behind the turns.
+EMBEDDED_CONTROL_THREADS = env_int("EMBEDDED_CONTROL_THREADS", 2)
 # The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
 # A sweep nobody ran within this many seconds is dropped: a later one does its work. Celery
@@ -319,6 +338,8 @@ WEB_PROCESSES = env_int("WEB_PROCESSES", 0)
 WORKER_PROCESSES = env_int("WORKER_PROCESSES", 0)
 # Turn threads of all of workserve's processes together, shared out among them.
 WORKER_THREADS = env_int("WORKER_THREADS", 8)
+# Threads of the one more worker process workserve runs on the control queue alone; 0: none.
+WORKER_CONTROL_THREADS = env_int("WORKER_CONTROL_THREADS", 2)
 A2A_CARD_MAX_AGE = env_int("A2A_CARD_MAX_AGE", 300)
 A2A_MAX_REQUEST_BYTES = env_int("A2A_MAX_REQUEST_BYTES", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = A2A_MAX_REQUEST_BYTES

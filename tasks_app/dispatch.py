@@ -7,6 +7,13 @@ found again by the sweeper.
 
 Embedded, a job runs on a thread of this process at once, with no broker to
 poll: that is what makes the default as fast as the services mode.
+
+Two lanes, in both modes: the turns, and the control jobs that keep the
+platform going (webhook deliveries, an agent's cancel(), and in services mode
+beat's sweeps). Control jobs have threads of their own (a queue of their own
+and workserve's control worker in services mode, a pool of their own
+embedded), so that when every turn thread runs a long turn a webhook still
+goes out and a dead worker's turn is still found.
 """
 
 import logging
@@ -22,40 +29,52 @@ RUN_TURN = "tasks_app.tasks.run_turn"
 CANCEL_AGENT = "tasks_app.tasks.cancel_agent"
 DELIVER_PUSH = "tasks_app.tasks.deliver_push"
 
-_embedded_pool: ThreadPoolExecutor | None = None
+# The control lane's jobs (settings.CELERY_TASK_ROUTES in services mode): embedded, they have
+# threads of their own, so that a webhook delivery or a cancel never waits behind the turns.
+CONTROL_JOBS = frozenset({CANCEL_AGENT, DELIVER_PUSH})
+
+# Embedded: lane ("turns" or "control") -> its pool, made on first use.
+_embedded_pools: dict[str, ThreadPoolExecutor] = {}
 _embedded_lock = threading.Lock()
-# Jobs handed to the embedded pool that no thread has started yet (the queue depth metric).
-_embedded_waiting = 0
+# Jobs handed to an embedded pool that no thread has started yet, by lane (the queue depth metric).
+_embedded_waiting = {"turns": 0, "control": 0}
 
 
-def _embedded() -> ThreadPoolExecutor:
-    global _embedded_pool
+def lane_of(name: str) -> str:
+    """The lane a job runs in: "control" for the control lane's jobs, else "turns"."""
+    return "control" if name in CONTROL_JOBS else "turns"
+
+
+def _embedded(lane: str) -> ThreadPoolExecutor:
     with _embedded_lock:
-        if _embedded_pool is None:
-            _embedded_pool = ThreadPoolExecutor(
-                max_workers=settings.EMBEDDED_WORKER_THREADS, thread_name_prefix="embedded-worker"
+        pool = _embedded_pools.get(lane)
+        if pool is None:
+            threads = (
+                settings.EMBEDDED_CONTROL_THREADS if lane == "control" else settings.EMBEDDED_WORKER_THREADS
             )
-        return _embedded_pool
+            pool = _embedded_pools[lane] = ThreadPoolExecutor(
+                max_workers=max(1, threads), thread_name_prefix=f"embedded-{lane}"
+            )
+        return pool
 
 
-def embedded_queue_depth() -> int:
-    """Jobs waiting for a worker thread of this process (embedded default)."""
-    return _embedded_waiting
+def embedded_queue_depth(lane: str = "turns") -> int:
+    """Jobs of a lane waiting for a thread of this process (embedded default)."""
+    return _embedded_waiting[lane]
 
 
 def _submit_embedded(name: str, args: tuple) -> None:
-    global _embedded_waiting
+    lane = lane_of(name)
     with _embedded_lock:
-        _embedded_waiting += 1
-    _embedded().submit(_run_embedded, name, args)
+        _embedded_waiting[lane] += 1
+    _embedded(lane).submit(_run_embedded, name, args)
 
 
 def _run_embedded(name: str, args: tuple) -> None:
-    global _embedded_waiting
     from django.db import close_old_connections
 
     with _embedded_lock:
-        _embedded_waiting -= 1
+        _embedded_waiting[lane_of(name)] -= 1
     close_old_connections()
     try:
         current_app.tasks[name].run(*args)

@@ -20,7 +20,7 @@ from tests.live import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
 SCHEMA = Path(__file__).with_name("compose-spec.json")
-LONG_RUNNING = ("web", "worker", "beat")
+LONG_RUNNING = ("web", "worker", "control", "beat")
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,17 @@ def test_services_restart_and_report_their_health(compose):
     # Scalable: no fixed container name or host port per worker.
     assert "container_name" not in services["worker"] and "ports" not in services["worker"]
     # Every process that records metrics shares one multiprocess directory.
-    for name in ("web", "worker"):
+    for name in ("web", "worker", "control"):
         environment = services[name]["environment"]
         assert environment["PROMETHEUS_MULTIPROC_DIR"] == "/var/lib/a2a-metrics"
         assert "metrics:/var/lib/a2a-metrics" in services[name]["volumes"]
+
+
+def test_the_control_worker_takes_the_control_queue_alone(compose):
+    # settings.A2A_CONTROL_QUEUE: the turn queue's name (CELERY_QUEUE, default a2a-turns) + "-control".
+    command = compose["services"]["control"]["command"][-1]
+    assert command.endswith("--queues $${CELERY_QUEUE:-a2a-turns}-control"), command
+    assert "--queues" not in " ".join(compose["services"]["worker"]["command"])
 
 
 def test_check_deploy_passes_with_the_web_services_environment(compose, tmp_path):

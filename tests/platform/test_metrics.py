@@ -110,7 +110,7 @@ def test_tasks_by_state_list_every_state_and_queue_depth_is_reported(server):
     for turn in ("pending", "running", "done"):
         assert ("a2a_turns", ("turn", turn)) in samples, turn
     depth = [key for key in samples if key[0] == "a2a_queue_depth"]
-    assert len(depth) == 1 and samples[depth[0]] >= 0
+    assert len(depth) == 2 and all(samples[key] >= 0 for key in depth)  # the turn and control queues
 
 
 def test_quota_refusals_are_counted_by_reason(server, stored):

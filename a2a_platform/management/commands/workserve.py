@@ -1,4 +1,4 @@
-"""Services mode's workers on one host: several Celery worker processes on the turn queue.
+"""Services mode's workers on one host: several Celery worker processes, and one for the control lane.
 
 A Celery worker process runs Python on one core at a time, as a Daphne
 process does, so one process of eight threads leaves a second core idle
@@ -12,7 +12,11 @@ row), so this command only starts them and keeps them running:
   WORKER_THREADS), with the WORKER_THREADS turn threads shared out among
   them, or --concurrency threads each;
 - each child is `celery worker --pool threads`, as the compose file runs one,
-  with a node name of its own, and any further arguments after `--`;
+  with a node name of its own, and any further arguments after `--`; each
+  takes the turn queue and the control queue (settings.CELERY_TASK_ROUTES);
+- one more child of WORKER_CONTROL_THREADS threads (--control-threads; 0:
+  none) takes the control queue alone: webhook deliveries, cancels and beat's
+  sweeps run there even while every turn thread runs a long turn;
 - a child that exits is started again; the turn it was running comes back
   from its lease in the database (tasks_app/sweeper.py);
 - SIGTERM or SIGINT give every child Celery's warm shutdown (it finishes
@@ -61,6 +65,13 @@ class Command(BaseCommand):
             default=None,
             help="turn threads of each process (default: WORKER_THREADS shared out among the processes)",
         )
+        parser.add_argument(
+            "--control-threads",
+            type=int,
+            default=None,
+            help="threads of the one more process that takes only the control queue "
+            "(default: WORKER_CONTROL_THREADS; 0: no such process)",
+        )
         parser.add_argument("--loglevel", default="INFO")
         parser.add_argument(
             "--stop-timeout",
@@ -72,35 +83,49 @@ class Command(BaseCommand):
             "celery_args", nargs=argparse.REMAINDER, help="after --: more arguments for each `celery worker`"
         )
 
-    def handle(self, *args, processes, concurrency, loglevel, stop_timeout, celery_args, **options):
+    def handle(
+        self, *args, processes, concurrency, control_threads, loglevel, stop_timeout, celery_args, **options
+    ):
         if settings.EMBEDDED_WORKER:
             raise CommandError(
                 "workserve runs services mode's workers: set REDIS_URL (and DATABASE_URL); "
                 "the embedded default runs its turns inside `manage.py serve`"
             )
         processes = default_processes() if processes is None else processes
+        control = settings.WORKER_CONTROL_THREADS if control_threads is None else control_threads
         if processes < 1 or (concurrency is not None and concurrency < 1):
             raise CommandError("--processes and --concurrency must be at least 1")
+        if control < 0:
+            raise CommandError("--control-threads must be at least 0")
         extra = celery_args[1:] if celery_args[:1] == ["--"] else celery_args
         threads = [concurrency or threads_of(slot, processes) for slot in range(processes)]
-        self.stdout.write(
-            f"Workers: {processes} Celery worker processes of {'/'.join(map(str, threads))} threads "
-            f"on queue {settings.CELERY_TASK_DEFAULT_QUEUE}"
-        )
+        lanes = f"queues {settings.CELERY_TASK_DEFAULT_QUEUE} and {settings.A2A_CONTROL_QUEUE}"
+        if control:
+            lanes += f", and one process of {control} threads on {settings.A2A_CONTROL_QUEUE} alone"
+        shares = "/".join(map(str, threads))
+        self.stdout.write(f"Workers: {processes} Celery worker processes of {shares} threads on {lanes}")
         self.stdout.flush()
-        start = _worker_starter(threads, loglevel, extra)
-        Supervisor(processes, start, "Worker process", stop_timeout).run()
+        start = _worker_starter(threads, control, loglevel, extra)
+        Supervisor(processes + bool(control), start, "Worker process", stop_timeout).run()
 
 
-def _worker_starter(threads: list[int], loglevel: str, extra: list[str]):
-    """Starts the Celery worker of a slot with its threads, named after the slot and this launcher."""
+def _worker_starter(threads: list[int], control: int, loglevel: str, extra: list[str]):
+    """Starts the Celery worker of a slot, named after the slot and this launcher.
+
+    Slots 0 .. len(threads) - 1 take both queues with their share of threads;
+    the slot after them, if `control`, takes the control queue alone.
+    """
     launcher = os.getpid()
 
     def start(slot: int, preexec_fn) -> subprocess.Popen:
         command = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
-        command += ["--concurrency", str(threads[slot]), "--loglevel", loglevel]
+        if slot < len(threads):
+            command += ["--concurrency", str(threads[slot]), "-n", f"worker{slot + 1}-{launcher}@%h"]
+        else:
+            command += ["--concurrency", str(control), "-n", f"control-{launcher}@%h"]
+            command += ["--queues", settings.A2A_CONTROL_QUEUE]
         # A node name of its own: Celery warns of, and its remote control mixes up, namesakes.
-        command += ["-n", f"worker{slot + 1}-{launcher}@%h", *extra]
+        command += ["--loglevel", loglevel, *extra]
         return subprocess.Popen(command, cwd=settings.BASE_DIR, preexec_fn=preexec_fn)
 
     return start

@@ -1,0 +1,74 @@
+"""The control lane: webhook deliveries do not wait for a turn thread (embedded default).
+
+Embedded, webhook deliveries and an agent's cancel() run on threads of their
+own (tasks_app/dispatch.py), as they run on a queue and a worker of their own
+in services mode (tests/platform/test_workserve.py). With its one turn thread
+held by a slow turn, the server still sends the first event of a task queued
+behind it: before that slow turn ends, while the queued task's turn has not
+started. On one pool for both, the delivery waited for the slow turn.
+"""
+
+import uuid
+
+import pytest
+from django.db.models import Min
+
+from agents.models import Agent
+from tasks_app.dispatch import CANCEL_AGENT, DELIVER_PUSH, RUN_TURN, lane_of
+from tasks_app.models import PushDelivery, Task, TaskState
+from tenants.models import Tenant
+from tests.conftest import SERVICES_MODE, rpc_to, user_message
+from tests.live import start_web, wait_for
+from tests.tasks_app.webhooks import new_path
+
+SLOW_TURN = 5.0
+
+
+def test_webhooks_and_cancels_are_in_the_control_lane_and_turns_are_not():
+    assert lane_of(DELIVER_PUSH) == lane_of(CANCEL_AGENT) == "control"
+    assert lane_of(RUN_TURN) == "turns"
+
+
+def test_every_control_job_is_routed_to_the_control_queue_in_services_mode(settings):
+    from tasks_app.tasks import cancel_agent, deliver_push, run_turn, sweep_push, sweep_retention, sweep_turns
+
+    routes = settings.CELERY_TASK_ROUTES
+    for job in (deliver_push, cancel_agent, sweep_turns, sweep_push, sweep_retention):
+        assert routes[job.name] == {"queue": settings.A2A_CONTROL_QUEUE}, job.name
+    assert run_turn.name not in routes  # the default queue: the turns'
+    queues = {queue.name for queue in settings.CELERY_TASK_QUEUES}
+    assert queues == {settings.CELERY_TASK_DEFAULT_QUEUE, settings.A2A_CONTROL_QUEUE}
+
+
+def send(web, text: str, **configuration) -> str:
+    params = {**user_message(text, f"lane-{uuid.uuid4()}"), "configuration": {"returnImmediately": True}}
+    params["configuration"].update(configuration)
+    return rpc_to(web, "SendMessage", params, agent="lane-sleeper")["result"]["task"]["id"]
+
+
+@pytest.mark.skipif(SERVICES_MODE, reason="the embedded default's pools (services: test_workserve.py)")
+def test_a_webhook_goes_out_while_the_only_turn_thread_is_busy(stored, db_settings, log_dir, receiver):
+    Agent.objects.update_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="lane-sleeper",
+        defaults={"name": "lane sleeper", "handler": "sleeper", "config": {"seconds": SLOW_TURN}},
+    )
+    env = {"EMBEDDED_WORKER_THREADS": "1", "EMBEDDED_CONTROL_THREADS": "1"}
+    web = start_web(db_settings, log_dir, name="web-control-lane", extra_env=env)
+    try:
+        busy = send(web, "busy")
+        wait_for(lambda: Task.objects.get(id=busy).state == TaskState.WORKING, "the slow turn to run")
+        path = new_path()
+        queued = send(web, "queued", taskPushNotificationConfig={"url": receiver.url(path)})
+        wait_for(lambda: receiver.received(path, succeeded_only=True), "the webhook", timeout=SLOW_TURN * 4)
+        queued_state = Task.objects.get(id=queued).state
+        delivered = PushDelivery.objects.filter(
+            config__task_id=queued, status=PushDelivery.Status.SUCCEEDED
+        ).aggregate(first=Min("finished_at"))["first"]
+        wait_for(lambda: Task.objects.get(id=busy).state == TaskState.COMPLETED, "the slow turn to end")
+        busy_ended = Task.objects.get(id=busy).updated_at
+    finally:
+        web.stop()
+    assert delivered is not None and delivered < busy_ended, (delivered, busy_ended)
+    # The task's own turn had not started: its thread was the one the slow turn held.
+    assert queued_state == TaskState.SUBMITTED, queued_state

@@ -285,18 +285,11 @@ EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
 EMBEDDED_CONTROL_THREADS = env_int("EMBEDDED_CONTROL_THREADS", 2)
 # The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
-# A sweep nobody ran within this many seconds is dropped: a later one does its work. Celery
-# judges expiry on the worker's clock against beat's, and a worker this far ahead of beat's
-# host drops every sweep, so it is minutes, not a few intervals (README, Durability). Workers
-# back from an outage run the sweeps queued in the last ten minutes: each finds little to do,
-# and a queued turn is sent again by one of them (sweeper.py).
-A2A_SWEEP_EXPIRES = env_float("A2A_SWEEP_EXPIRES", max(600.0, A2A_SWEEP_INTERVAL * 5))
+# Beat's sweeps have no expiry (Celery would judge it on the worker's clock): workers back
+# from an outage find one queued per interval they missed, and all but the first return at
+# once (tasks_app/dispatch.py sweep_slot, on Redis' clock).
 CELERY_BEAT_SCHEDULE = {
-    "sweep-turns": {
-        "task": "tasks_app.tasks.sweep_turns",
-        "schedule": A2A_SWEEP_INTERVAL,
-        "options": {"expires": A2A_SWEEP_EXPIRES},
-    },
+    "sweep-turns": {"task": "tasks_app.tasks.sweep_turns", "schedule": A2A_SWEEP_INTERVAL},
 }
 
 # --- Task engine ----------------------------------------------------------------
@@ -369,7 +362,12 @@ PUSH_TIMEOUT = env_float("PUSH_TIMEOUT", 10.0)
 PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 # An attempt still "sending" after this many seconds was lost with its worker and is sent again.
 PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
-CELERY_BEAT_SCHEDULE["sweep-push"] = {"task": "tasks_app.tasks.sweep_push", "schedule": 30.0}
+# Seconds between push sweeps (beat in services mode, the sweeper thread embedded).
+A2A_PUSH_SWEEP_INTERVAL = env_float("A2A_PUSH_SWEEP_INTERVAL", 30.0)
+CELERY_BEAT_SCHEDULE["sweep-push"] = {
+    "task": "tasks_app.tasks.sweep_push",
+    "schedule": A2A_PUSH_SWEEP_INTERVAL,
+}
 
 # --- Retention -------------------------------------------------------------------
 # Seconds between retention runs (tasks_app/retention.py): beat in services mode, a thread embedded.
@@ -377,8 +375,6 @@ A2A_RETENTION_INTERVAL = env_float("A2A_RETENTION_INTERVAL", 3600.0)
 CELERY_BEAT_SCHEDULE["sweep-retention"] = {
     "task": "tasks_app.tasks.sweep_retention",
     "schedule": A2A_RETENTION_INTERVAL,
-    # A run still queued when the next is due is dropped: the next one does its work.
-    "options": {"expires": A2A_RETENTION_INTERVAL},
 }
 # Fernet keys that encrypt webhook secrets (push configs' token and credentials) at rest,
 # comma-separated (or a file: FIELD_ENCRYPTION_KEYS_FILE). The first encrypts, all decrypt: to

@@ -19,6 +19,7 @@ goes out and a dead worker's turn is still found.
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 
 from celery import current_app
 from django.conf import settings
@@ -131,3 +132,36 @@ def agent_cancel_dispatch(task_pk) -> bool:
     misses its chance to let go of what it holds elsewhere.
     """
     return job_send(CANCEL_AGENT, str(task_pk))
+
+
+# --- Beat's sweeps: one per interval, on the broker's clock ------------------------
+# Beat sends a sweep every interval whether or not a worker is there to run it, so
+# workers back from an outage find one queued for every interval they missed. Celery's
+# own remedy, an expiry, is judged on the worker's clock against beat's: a worker that
+# far ahead drops every sweep, and with only such workers a lost turn never ran again.
+# Instead each sweep first takes its kind's slot in Redis (SET NX with a time to live of
+# half the interval, on Redis' one clock): those queued behind it find the slot taken
+# and return at once, a Redis call each, and a worker's clock plays no part.
+
+
+@cache
+def _slots_client():
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
+
+
+def sweep_slot(kind: str, interval: float) -> bool:
+    """Whether this sweep of `kind` runs: no other began within half of `interval` seconds.
+
+    True as well without Redis (embedded) or when Redis does not answer: a sweep
+    is safe beside another, only a flood of them is waste.
+    """
+    if not settings.REDIS_URL:
+        return True
+    key = f"{settings.CELERY_TASK_DEFAULT_QUEUE}:sweep-slot:{kind}"
+    try:
+        return bool(_slots_client().set(key, "1", nx=True, px=max(1, int(interval * 500))))
+    except Exception as exc:
+        logger.warning("Could not take the %s sweep's slot; sweeping anyway: %r", kind, exc)
+        return True

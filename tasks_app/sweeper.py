@@ -1,8 +1,9 @@
 """The sweeper: finds turns no worker will run and hands them out again.
 
 It runs every A2A_SWEEP_INTERVAL seconds: in services mode the beat process
-schedules it and a worker runs it (a sweep not run within A2A_SWEEP_EXPIRES
-expires); embedded, a thread of `manage.py serve` runs it. Two kinds of turns:
+schedules it and a worker runs it (of a backlog of sweeps only the first:
+dispatch.sweep_slot); embedded, a thread of `manage.py serve` runs it. Two
+kinds of turns:
 
 - running, with a lease nobody renewed for A2A_TURN_LEASE seconds: its worker
   died. The turn goes back to the queue, to be run again from its input

@@ -1,8 +1,10 @@
 """Celery tasks: each loads ids and calls the engine. Dispatched by name (tasks_app/dispatch.py)."""
 
 from celery import shared_task
+from django.conf import settings
 from structlog.contextvars import bound_contextvars
 
+from tasks_app.dispatch import sweep_slot
 from tasks_app.push import push_deliver, push_sweep
 from tasks_app.retention import retention_sweep
 from tasks_app.sweeper import turn_sweep
@@ -29,6 +31,9 @@ def cancel_agent(task_id: str) -> None:
 
 @shared_task(name="tasks_app.tasks.sweep_turns", ignore_result=True)
 def sweep_turns() -> dict:
+    # Beat's sweeps (sweep_*) each take their slot first: a backlog of them runs one (dispatch.py).
+    if not sweep_slot("turns", settings.A2A_SWEEP_INTERVAL):
+        return {"skipped": True}
     return turn_sweep()
 
 
@@ -42,9 +47,13 @@ def deliver_push(config_pk: int, seq: int | None = None) -> None:
 
 @shared_task(name="tasks_app.tasks.sweep_push", ignore_result=True)
 def sweep_push() -> dict:
+    if not sweep_slot("push", settings.A2A_PUSH_SWEEP_INTERVAL):
+        return {"skipped": True}
     return push_sweep()
 
 
 @shared_task(name="tasks_app.tasks.sweep_retention", ignore_result=True)
 def sweep_retention() -> dict:
+    if not sweep_slot("retention", settings.A2A_RETENTION_INTERVAL):
+        return {"skipped": True}
     return retention_sweep()

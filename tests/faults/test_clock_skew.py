@@ -1,8 +1,9 @@
 """Workers whose clocks are off from the database's, and from beat's, neither lose nor repeat turns.
 
 A lease is written and judged on the database's clock (tasks_app/turns/lease.py,
-tasks_app/db.py database_now), and the sweeps beat sends expire only after
-minutes (A2A_SWEEP_EXPIRES). Before that:
+tasks_app/db.py database_now), and the sweeps beat sends do not expire (a
+backlog of them runs one, by a slot on Redis' clock: tasks_app/dispatch.py
+sweep_slot). Before that:
 - a worker whose clock was behind wrote leases that had ended before they
   were written, as another worker's sweep saw them: its turn was taken away
   while it ran, again and again, and ended FAILED;
@@ -10,7 +11,8 @@ minutes (A2A_SWEEP_EXPIRES). Before that:
   clock was ahead;
 - a worker more than five sweep intervals (10 s by default, 2.5 s here)
   ahead of beat dropped every sweep as expired, so with only such workers
-  left a lost turn never ran again.
+  left a lost turn never ran again; with an expiry of ten minutes, so did a
+  worker an hour ahead.
 
 The skewed workers are real Celery worker processes whose whole clock
 (time.time, datetime.now, Celery's and Django's) is moved by Debian's
@@ -151,8 +153,9 @@ def test_the_turn_of_a_dead_worker_ahead_runs_again_on_a_worker_far_ahead_of_bea
     stack.start_beat()
     dying = start_skewed_worker(stack, "worker-ahead", 30)
     task_id = start_turn(stack, web, "ahead")
-    # The only worker left is a minute ahead of beat: past what sweeps used to live (2.5 s here).
-    start_skewed_worker(stack, "worker-far-ahead", 60)
+    # The only worker left is an hour ahead of beat: past what sweeps used to live (2.5 s here,
+    # then ten minutes).
+    start_skewed_worker(stack, "worker-far-ahead", 3600)
     assert turn_of(stack, task_id) == ("running", 1), "the turn ended before its worker could be killed"
     killed_at = stack.kill(dying)
     rerun = wait_for(lambda: turn_of(stack, task_id)[1] == 2, LEASE + 15, interval=0.1)

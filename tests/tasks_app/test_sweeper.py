@@ -2,16 +2,22 @@
 
 Service-level: the rows are made as a lost worker leaves them (RUNNING, lease
 expired); requeueing a live case is what tests/faults/test_worker_kill.py does
-with real processes.
+with real processes. Beat's sweeps: of a backlog of them one runs (their slot in Redis).
 """
 
+import time
 import uuid
 
+import pytest
 from django.conf import settings
 
 from tasks_app import metrics
+from tasks_app.dispatch import _slots_client, sweep_slot
 from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.sweeper import turn_sweep
+from tasks_app.tasks import sweep_turns
+from tests.conftest import SERVICES_MODE
+from tests.live import free_port
 from tests.tasks_app.turn_rows import running_turn
 
 
@@ -49,3 +55,34 @@ def test_a_lost_turn_with_a_later_turn_on_its_task_is_closed_not_rerun(stored):
     assert message.turn == Message.Turn.DONE
     assert message.turn_attempts == 1
     assert task.state == TaskState.SUBMITTED
+
+
+def sweep_settings(settings, redis_url: str) -> None:
+    settings.REDIS_URL = redis_url
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"slots-{uuid.uuid4().hex[:8]}"  # keys of this test only
+
+
+@pytest.mark.skipif(not SERVICES_MODE, reason="the slots are in Redis (services mode)")
+def test_of_a_backlog_of_beat_sweeps_one_runs_and_the_others_return(settings):
+    sweep_settings(settings, settings.REDIS_URL)
+    assert sweep_slot("turns", 0.4) is True
+    assert [sweep_slot("turns", 0.4) for _ in range(5)] == [False] * 5
+    assert sweep_slot("push", 0.4) is True  # each kind has a slot of its own
+    time.sleep(0.3)  # half the interval: the next sweep, one interval on, runs
+    assert sweep_slot("turns", 0.4) is True
+    # Beat's sweep job itself returns, without sweeping, while its slot is taken.
+    time.sleep(0.3)
+    settings.A2A_SWEEP_INTERVAL = 60.0
+    assert sweep_slot("turns", 60.0) is True
+    assert sweep_turns.run() == {"skipped": True}
+
+
+def test_without_redis_or_when_redis_does_not_answer_every_sweep_runs(settings):
+    sweep_settings(settings, "")
+    assert sweep_slot("turns", 10.0) and sweep_slot("turns", 10.0)
+    _slots_client.cache_clear()
+    try:
+        sweep_settings(settings, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+        assert sweep_slot("turns", 10.0) and sweep_slot("turns", 10.0)
+    finally:
+        _slots_client.cache_clear()

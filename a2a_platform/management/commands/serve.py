@@ -27,7 +27,7 @@ def _sweep_forever() -> None:
     from tasks_app.sweeper import turn_sweep
 
     stop = threading.Event()
-    push_every = 30.0
+    push_every = settings.A2A_PUSH_SWEEP_INTERVAL
     since_push = push_every
     # The first retention run comes one interval after the start, as beat's does.
     since_retention = 0.0

@@ -53,6 +53,16 @@ def _startup_objects_frozen(**kwargs) -> None:
     freeze_startup_objects()
 
 
+@signals.celeryd_after_setup.connect
+def _lane_queues(sender, instance, **kwargs) -> None:
+    # WORKER_LANE (settings.py): a worker of one lane takes its queue alone; unset, both.
+    from django.conf import settings
+
+    lanes = {"turns": settings.CELERY_TASK_DEFAULT_QUEUE, "control": settings.A2A_CONTROL_QUEUE}
+    if settings.WORKER_LANE:
+        instance.app.amqp.queues.select([lanes[settings.WORKER_LANE]])
+
+
 @signals.task_prerun.connect
 def _connection_checked_if_idle(**kwargs) -> None:
     from tasks_app.db import connection_checked_if_idle

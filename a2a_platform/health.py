@@ -73,30 +73,35 @@ class StoreCollector:
 
         depth = GaugeMetricFamily(
             "a2a_queue_depth",
-            "Jobs waiting for a worker: turns on the turn queue; webhook deliveries, cancels and sweeps"
-            " on the control queue.",
+            "Jobs waiting for a worker: turns on the turn queue; webhook deliveries and cancels (and"
+            " beat's sweeps in services mode) on the control queue.",
             labels=["queue"],
         )
         queues = {"turns": settings.CELERY_TASK_DEFAULT_QUEUE, "control": settings.A2A_CONTROL_QUEUE}
         if settings.EMBEDDED_WORKER:
-            for lane, queue in queues.items():
-                depth.add_metric([queue], embedded_queue_depth(lane))
+            depths = {queue: embedded_queue_depth(lane) for lane, queue in queues.items()}
         else:
             try:
-                for queue in queues.values():
-                    depth.add_metric([queue], _broker_queue_depth(queue))
+                depths = _broker_queue_depths(list(queues.values()))
             except Exception as exc:  # the broker is down: no sample, the rest of the scrape still answers
                 logger.warning("Queue depth unavailable: %r", exc)
+                depths = {}
+        for queue, jobs in depths.items():
+            depth.add_metric([queue], jobs)
         yield depth
 
 
-def _broker_queue_depth(queue: str) -> int:
+def _broker_queue_depths(queues: list[str]) -> dict[str, int]:
+    """Jobs waiting in each queue, read on one broker connection (all of them or an exception)."""
+    depths = {}
     with celery_app.connection_for_read() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
-        try:
-            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
-        except ChannelError:
-            return 0  # Redis keeps no key for an empty queue
+        for queue in queues:
+            try:
+                depths[queue] = conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+            except ChannelError:
+                depths[queue] = 0  # Redis keeps no key for an empty queue
+    return depths
 
 
 def _metrics_text() -> bytes:

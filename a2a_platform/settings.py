@@ -226,12 +226,11 @@ else:
 # One queue name per deployment, so two platforms can share a Redis without eating each other's turns.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "a2a-turns")
 # The control lane: the jobs that keep the platform going rather than run an agent (beat's sweeps,
-# webhook deliveries, an agent's cancel()) have a queue of their own, beside the turns'. Every
-# worker takes both queues by default; `workserve` also runs a small worker on this queue alone
-# (WORKER_CONTROL_THREADS), so that a webhook, a sweep or a cancel never waits for a turn thread
-# when every thread runs a long turn (tasks_app/dispatch.py). A worker takes a job only when it
-# has a thread free for it (prefetch = threads, every job acknowledged late), so a busy turn
-# worker does not hold control jobs back.
+# webhook deliveries and their retries, an agent's cancel()) have a queue of their own, beside the
+# turns'. `workserve` runs one more worker on it (WORKER_CONTROL_THREADS) and its turn workers on
+# the turn queue alone, so that a webhook, a sweep or a cancel never waits for a turn thread when
+# every thread runs a long turn (tasks_app/dispatch.py). WORKER_LANE picks a worker's queues
+# (a2a_platform/celery.py): "turns", "control", or unset for both (a lone worker, as in the tests).
 A2A_CONTROL_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-control"
 CELERY_TASK_QUEUES = [
     Queue(name, Exchange(name), routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, A2A_CONTROL_QUEUE)
@@ -240,6 +239,9 @@ CELERY_TASK_ROUTES = {
     f"tasks_app.tasks.{job}": {"queue": A2A_CONTROL_QUEUE}
     for job in ("deliver_push", "cancel_agent", "sweep_turns", "sweep_push", "sweep_retention")
 }
+WORKER_LANE = env_str("WORKER_LANE", "").strip().lower()
+if WORKER_LANE not in ("", "turns", "control"):
+    raise ImproperlyConfigured(f'WORKER_LANE must be "turns", "control" or unset, not {WORKER_LANE!r}')
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -280,8 +282,8 @@ if REDIS_URL:
     }
 # Threads that run agent turns inside `manage.py serve` on the embedded default.
 EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
-# Its control lane: threads of their own for webhook deliveries and an agent's cancel() (its
-# sweeper is a thread already), so that they never wait behind the turns.
+# Its control lane: threads of their own (at least one) for webhook deliveries and an agent's
+# cancel() (its sweeper is a thread already), so that they never wait behind the turns.
 EMBEDDED_CONTROL_THREADS = env_int("EMBEDDED_CONTROL_THREADS", 2)
 # The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
@@ -362,6 +364,10 @@ PUSH_TIMEOUT = env_float("PUSH_TIMEOUT", 10.0)
 PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 # An attempt still "sending" after this many seconds was lost with its worker and is sent again.
 PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
+# A delivery job sends a config's queued events for this many seconds at most (at least one
+# attempt), then queues a job for the rest and frees its thread: the control lane's threads
+# take turns among configs, and a sweep gets in between (tasks_app/push.py).
+PUSH_JOB_BUDGET = env_float("PUSH_JOB_BUDGET", 1.0)
 # Seconds between push sweeps (beat in services mode, the sweeper thread embedded).
 A2A_PUSH_SWEEP_INTERVAL = env_float("A2A_PUSH_SWEEP_INTERVAL", 30.0)
 CELERY_BEAT_SCHEDULE["sweep-push"] = {

@@ -30,10 +30,6 @@ RUN_TURN = "tasks_app.tasks.run_turn"
 CANCEL_AGENT = "tasks_app.tasks.cancel_agent"
 DELIVER_PUSH = "tasks_app.tasks.deliver_push"
 
-# The control lane's jobs (settings.CELERY_TASK_ROUTES in services mode): embedded, they have
-# threads of their own, so that a webhook delivery or a cancel never waits behind the turns.
-CONTROL_JOBS = frozenset({CANCEL_AGENT, DELIVER_PUSH})
-
 # Embedded: lane ("turns" or "control") -> its pool, made on first use.
 _embedded_pools: dict[str, ThreadPoolExecutor] = {}
 _embedded_lock = threading.Lock()
@@ -42,8 +38,12 @@ _embedded_waiting = {"turns": 0, "control": 0}
 
 
 def lane_of(name: str) -> str:
-    """The lane a job runs in: "control" for the control lane's jobs, else "turns"."""
-    return "control" if name in CONTROL_JOBS else "turns"
+    """The lane a job runs in: "control" for those routed to the control queue, else "turns".
+
+    Embedded, the control lane's jobs have threads of their own, so that a
+    webhook delivery or a cancel never waits behind the turns.
+    """
+    return "control" if name in settings.CELERY_TASK_ROUTES else "turns"
 
 
 def _embedded(lane: str) -> ThreadPoolExecutor:
@@ -134,34 +134,9 @@ def agent_cancel_dispatch(task_pk) -> bool:
     return job_send(CANCEL_AGENT, str(task_pk))
 
 
-# --- Beat's sweeps: one per interval, on the broker's clock ------------------------
-# Beat sends a sweep every interval whether or not a worker is there to run it, so
-# workers back from an outage find one queued for every interval they missed. Celery's
-# own remedy, an expiry, is judged on the worker's clock against beat's: a worker that
-# far ahead drops every sweep, and with only such workers a lost turn never ran again.
-# Instead each sweep first takes its kind's slot in Redis (SET NX with a time to live of
-# half the interval, on Redis' one clock): those queued behind it find the slot taken
-# and return at once, a Redis call each, and a worker's clock plays no part.
-
-
 @cache
-def _slots_client():
+def redis_client(url: str):
+    """One redis-py client per URL for the process, with short timeouts (quotas, beat's sweep slots)."""
     import redis
 
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
-
-
-def sweep_slot(kind: str, interval: float) -> bool:
-    """Whether this sweep of `kind` runs: no other began within half of `interval` seconds.
-
-    True as well without Redis (embedded) or when Redis does not answer: a sweep
-    is safe beside another, only a flood of them is waste.
-    """
-    if not settings.REDIS_URL:
-        return True
-    key = f"{settings.CELERY_TASK_DEFAULT_QUEUE}:sweep-slot:{kind}"
-    try:
-        return bool(_slots_client().set(key, "1", nx=True, px=max(1, int(interval * 500))))
-    except Exception as exc:
-        logger.warning("Could not take the %s sweep's slot; sweeping anyway: %r", kind, exc)
-        return True
+    return redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)

@@ -42,6 +42,7 @@ from django.conf import settings
 from tasks_app import metrics
 from tasks_app.access import Caller
 from tasks_app.db import db
+from tasks_app.dispatch import redis_client
 from tasks_app.models import IdempotencyKey, Message
 from tenants.models import Tenant
 
@@ -118,9 +119,7 @@ class RedisCounters:
     """Requests per caller per window in Redis: one hash per tenant and minute, shared by all processes."""
 
     def __init__(self, url: str):
-        import redis
-
-        self._client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._client = redis_client(url)
         self._down_until = 0.0
 
     @staticmethod

@@ -59,11 +59,15 @@ def test_services_restart_and_report_their_health(compose):
         assert "metrics:/var/lib/a2a-metrics" in services[name]["volumes"]
 
 
-def test_the_control_worker_takes_the_control_queue_alone(compose):
-    # settings.A2A_CONTROL_QUEUE: the turn queue's name (CELERY_QUEUE, default a2a-turns) + "-control".
-    command = compose["services"]["control"]["command"][-1]
-    assert command.endswith("--queues $${CELERY_QUEUE:-a2a-turns}-control"), command
-    assert "--queues" not in " ".join(compose["services"]["worker"]["command"])
+def test_the_workers_take_one_lane_each(compose):
+    # settings.WORKER_LANE: which of the two queues a worker takes (a2a_platform/celery.py).
+    services = compose["services"]
+    assert services["worker"]["environment"]["WORKER_LANE"] == "turns"
+    assert services["control"]["environment"]["WORKER_LANE"] == "control"
+    for name in ("worker", "control"):
+        # The rest of the environment is every app service's (the YAML merge).
+        assert services[name]["environment"]["DATABASE_URL"] == services["web"]["environment"]["DATABASE_URL"]
+        assert "--queues" not in services[name]["command"] and "-Q" not in services[name]["command"]
 
 
 def test_check_deploy_passes_with_the_web_services_environment(compose, tmp_path):

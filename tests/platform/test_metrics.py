@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app.models import TaskState
 from tests.conftest import user_message
+from tests.live import TEST_QUEUE
 from tests.sse import read_events, stream
 from tests.tasks_app.webhooks import Receiver, new_path
 
@@ -110,7 +111,9 @@ def test_tasks_by_state_list_every_state_and_queue_depth_is_reported(server):
     for turn in ("pending", "running", "done"):
         assert ("a2a_turns", ("turn", turn)) in samples, turn
     depth = [key for key in samples if key[0] == "a2a_queue_depth"]
-    assert len(depth) == 2 and all(samples[key] >= 0 for key in depth)  # the turn and control queues
+    # The turn queue and the control lane's (the server's CELERY_QUEUE: tests/live.py).
+    assert {key[1] for key in depth} == {("queue", TEST_QUEUE), ("queue", f"{TEST_QUEUE}-control")}
+    assert all(samples[key] >= 0 for key in depth)
 
 
 def test_quota_refusals_are_counted_by_reason(server, stored):

@@ -9,6 +9,7 @@ with SIGKILL takes its children down. The embedded default refuses the command.
 
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -24,6 +25,7 @@ from tasks_app.models import PushDelivery, Task, TaskState
 from tenants.models import Tenant
 from tests.conftest import SERVICES_MODE, user_message
 from tests.live import (
+    ROOT,
     alive,
     child_env,
     children,
@@ -61,15 +63,15 @@ def workserve(db_settings, log_dir):
 
 
 def turn_children(launcher) -> list[int]:
-    """The launcher's children that take turns (not the control lane's, which has --queues)."""
-    return [pid for pid in children(launcher.popen.pid) if b"--queues" not in cmdline(pid)]
+    """The launcher's children that take turns (not the control lane's: WORKER_LANE=control)."""
+    return [pid for pid in children(launcher.popen.pid) if b"WORKER_LANE=control" not in environ(pid)]
 
 
-def cmdline(pid: int) -> bytes:
+def environ(pid: int) -> list[bytes]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
-        return b""
+        return []
 
 
 def send(web, agent: str, text: str, **configuration) -> dict:
@@ -126,6 +128,17 @@ def test_each_child_takes_turns(workserve, slow_agent):
     assert_two_turns_at_once(web, slow_agent)
     assert len(children(launcher.popen.pid)) == CHILDREN
     assert len(turn_children(launcher)) == PROCESSES
+    # Each child takes one lane: its Celery banner lists that one queue (WORKER_LANE).
+    queues = [line.split()[1] for line in launcher.output().splitlines() if " exchange=" in line]
+    assert sorted(queue.endswith("-control") for queue in queues) == [False] * PROCESSES + [True], queues
+
+
+def test_a_worker_lane_that_is_neither_is_refused_at_start():
+    env = {**os.environ, "WORKER_LANE": "both"}
+    check = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode != 0 and 'WORKER_LANE must be "turns", "control" or unset' in check.stderr
 
 
 @services_only

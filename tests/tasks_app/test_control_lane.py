@@ -11,6 +11,7 @@ started. On one pool for both, the delivery waited for the slow turn.
 import uuid
 
 import pytest
+from celery import current_app
 from django.db.models import Min
 
 from agents.models import Agent
@@ -24,20 +25,16 @@ from tests.tasks_app.webhooks import new_path
 SLOW_TURN = 5.0
 
 
-def test_webhooks_and_cancels_are_in_the_control_lane_and_turns_are_not():
-    assert lane_of(DELIVER_PUSH) == lane_of(CANCEL_AGENT) == "control"
+def test_webhooks_cancels_and_sweeps_go_to_the_control_queue_and_turns_do_not(settings):
+    router = current_app.amqp.router
+    control = ("deliver_push", "cancel_agent", "sweep_turns", "sweep_push", "sweep_retention")
+    for job in control:
+        name = f"tasks_app.tasks.{job}"
+        assert router.route({}, name)["queue"].name == settings.A2A_CONTROL_QUEUE, name
+        assert lane_of(name) == "control"
+    assert router.route({}, RUN_TURN)["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE
     assert lane_of(RUN_TURN) == "turns"
-
-
-def test_every_control_job_is_routed_to_the_control_queue_in_services_mode(settings):
-    from tasks_app.tasks import cancel_agent, deliver_push, run_turn, sweep_push, sweep_retention, sweep_turns
-
-    routes = settings.CELERY_TASK_ROUTES
-    for job in (deliver_push, cancel_agent, sweep_turns, sweep_push, sweep_retention):
-        assert routes[job.name] == {"queue": settings.A2A_CONTROL_QUEUE}, job.name
-    assert run_turn.name not in routes  # the default queue: the turns'
-    queues = {queue.name for queue in settings.CELERY_TASK_QUEUES}
-    assert queues == {settings.CELERY_TASK_DEFAULT_QUEUE, settings.A2A_CONTROL_QUEUE}
+    assert {DELIVER_PUSH, CANCEL_AGENT} <= {f"tasks_app.tasks.{job}" for job in control}
 
 
 def send(web, text: str, **configuration) -> str:

@@ -4,13 +4,15 @@ import json
 import time
 import uuid
 
+import pytest
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import ParseDict
 
 from agents.models import Agent
-from tasks_app.models import PushDelivery, TaskEvent
+from tasks_app.models import PushConfig, PushDelivery, Task, TaskEvent
+from tasks_app.push import push_deliver
 from tenants.models import Tenant
-from tests.conftest import user_message
+from tests.conftest import SERVICES_MODE, user_message
 from tests.tasks_app.webhooks import new_path
 
 
@@ -185,3 +187,36 @@ def test_an_unresolvable_webhook_host_is_a_failed_delivery_that_is_retried(rpc, 
     assert attempts[0].status == PushDelivery.Status.FAILED
     assert "does not resolve" in attempts[0].error
     assert attempts[0].response_code is None
+
+
+@pytest.mark.skipif(SERVICES_MODE, reason="the job for the rest runs on this process's embedded pool")
+def test_a_delivery_job_sends_for_its_budget_then_queues_a_job_for_the_rest(rpc, stored, receiver, settings):
+    """With no time to spare, a job makes one attempt and hands the config's other events on.
+
+    Called here, in this process: the job of the rest runs on its embedded pool's
+    control lane (each of them, again, one attempt); every event still arrives
+    once and in order.
+    """
+    settings.PUSH_ALLOW_PRIVATE_NETWORKS = True
+    settings.PUSH_JOB_BUDGET = 0.0
+    sent = rpc("SendMessage", user_message("budget", f"budget-{uuid.uuid4()}"))["result"]["task"]
+    task = Task.objects.get(pk=sent["id"])
+    events = list(TaskEvent.objects.filter(task=task).order_by("seq"))
+    path = new_path()
+    config = PushConfig.objects.create(
+        tenant_id=task.tenant_id, task=task, config_id="budget", url=receiver.url(path)
+    )
+    try:
+        PushDelivery.objects.bulk_create(
+            PushDelivery(config=config, event=event, seq=event.seq) for event in events
+        )
+        assert len(events) == 4
+        assert push_deliver(config.pk, events[0].seq) == 1
+        got = receiver.wait_for(path, len(events))
+        assert [r["headers"]["X-A2A-Event-Id"] for r in got] == [f"{task.pk}:{e.seq}" for e in events]
+        rows = wait_settled({"config": config})
+        assert [(row.seq, row.attempt, row.status) for row in rows] == [
+            (event.seq, 1, "succeeded") for event in events
+        ]
+    finally:
+        config.delete()

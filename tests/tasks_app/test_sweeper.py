@@ -5,17 +5,16 @@ expired); requeueing a live case is what tests/faults/test_worker_kill.py does
 with real processes. Beat's sweeps: of a backlog of them one runs (their slot in Redis).
 """
 
-import time
 import uuid
 
 import pytest
 from django.conf import settings
 
 from tasks_app import metrics
-from tasks_app.dispatch import _slots_client, sweep_slot
+from tasks_app.dispatch import redis_client
 from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.sweeper import turn_sweep
-from tasks_app.tasks import sweep_turns
+from tasks_app.tasks import sweep_slot, sweep_turns
 from tests.conftest import SERVICES_MODE
 from tests.live import free_port
 from tests.tasks_app.turn_rows import running_turn
@@ -63,26 +62,25 @@ def sweep_settings(settings, redis_url: str) -> None:
 
 
 @pytest.mark.skipif(not SERVICES_MODE, reason="the slots are in Redis (services mode)")
-def test_of_a_backlog_of_beat_sweeps_one_runs_and_the_others_return(settings):
+def test_of_a_backlog_of_beat_sweeps_one_runs_and_the_others_return(settings, stored):
     sweep_settings(settings, settings.REDIS_URL)
-    assert sweep_slot("turns", 0.4) is True
-    assert [sweep_slot("turns", 0.4) for _ in range(5)] == [False] * 5
-    assert sweep_slot("push", 0.4) is True  # each kind has a slot of its own
-    time.sleep(0.3)  # half the interval: the next sweep, one interval on, runs
-    assert sweep_slot("turns", 0.4) is True
-    # Beat's sweep job itself returns, without sweeping, while its slot is taken.
-    time.sleep(0.3)
-    settings.A2A_SWEEP_INTERVAL = 60.0
-    assert sweep_slot("turns", 60.0) is True
+    settings.A2A_SWEEP_INTERVAL = 20.0
+    assert sweep_slot("turns", 20.0) is True
+    # Taken for half the interval, on Redis' clock.
+    key = f"{settings.CELERY_TASK_DEFAULT_QUEUE}:sweep-slot:turns"
+    assert 9_000 < redis_client(settings.REDIS_URL).pttl(key) <= 10_000
+    assert [sweep_slot("turns", 20.0) for _ in range(5)] == [False] * 5
+    assert sweep_slot("push", 20.0) is True  # each kind has a slot of its own
+    # Beat's sweep job itself returns, without sweeping, while its slot is taken ...
+    assert sweep_turns.run() == {"skipped": True}
+    # ... and sweeps once it is free again (the next sweep, one interval on).
+    redis_client(settings.REDIS_URL).delete(key)
+    assert "skipped" not in sweep_turns.run()
     assert sweep_turns.run() == {"skipped": True}
 
 
 def test_without_redis_or_when_redis_does_not_answer_every_sweep_runs(settings):
     sweep_settings(settings, "")
     assert sweep_slot("turns", 10.0) and sweep_slot("turns", 10.0)
-    _slots_client.cache_clear()
-    try:
-        sweep_settings(settings, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
-        assert sweep_slot("turns", 10.0) and sweep_slot("turns", 10.0)
-    finally:
-        _slots_client.cache_clear()
+    sweep_settings(settings, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    assert sweep_slot("turns", 10.0) and sweep_slot("turns", 10.0)

@@ -12,11 +12,13 @@ row), so this command only starts them and keeps them running:
   WORKER_THREADS), with the WORKER_THREADS turn threads shared out among
   them, or --concurrency threads each;
 - each child is `celery worker --pool threads`, as the compose file runs one,
-  with a node name of its own, and any further arguments after `--`; each
-  takes the turn queue and the control queue (settings.CELERY_TASK_ROUTES);
-- one more child of WORKER_CONTROL_THREADS threads (--control-threads; 0:
-  none) takes the control queue alone: webhook deliveries, cancels and beat's
-  sweeps run there even while every turn thread runs a long turn;
+  with a node name of its own, and any further arguments after `--` (the
+  control child's too);
+- one more child of WORKER_CONTROL_THREADS threads (--control-threads) takes
+  the control queue alone (WORKER_LANE=control), and the others the turn queue
+  alone (WORKER_LANE=turns): webhook deliveries, cancels and beat's sweeps run
+  there even while every turn thread runs a long turn. With 0, no such child,
+  and the turn children take both queues (settings.CELERY_TASK_QUEUES);
 - a child that exits is started again; the turn it was running comes back
   from its lease in the database (tasks_app/sweeper.py);
 - SIGTERM or SIGINT give every child Celery's warm shutdown (it finishes
@@ -99,9 +101,11 @@ class Command(BaseCommand):
             raise CommandError("--control-threads must be at least 0")
         extra = celery_args[1:] if celery_args[:1] == ["--"] else celery_args
         threads = [concurrency or threads_of(slot, processes) for slot in range(processes)]
-        lanes = f"queues {settings.CELERY_TASK_DEFAULT_QUEUE} and {settings.A2A_CONTROL_QUEUE}"
         if control:
-            lanes += f", and one process of {control} threads on {settings.A2A_CONTROL_QUEUE} alone"
+            lanes = f"queue {settings.CELERY_TASK_DEFAULT_QUEUE}, and one process of {control} threads on "
+            lanes += settings.A2A_CONTROL_QUEUE
+        else:
+            lanes = f"queues {settings.CELERY_TASK_DEFAULT_QUEUE} and {settings.A2A_CONTROL_QUEUE}"
         shares = "/".join(map(str, threads))
         self.stdout.write(f"Workers: {processes} Celery worker processes of {shares} threads on {lanes}")
         self.stdout.flush()
@@ -112,20 +116,23 @@ class Command(BaseCommand):
 def _worker_starter(threads: list[int], control: int, loglevel: str, extra: list[str]):
     """Starts the Celery worker of a slot, named after the slot and this launcher.
 
-    Slots 0 .. len(threads) - 1 take both queues with their share of threads;
-    the slot after them, if `control`, takes the control queue alone.
+    Slots 0 .. len(threads) - 1 take turns with their share of threads (and
+    control jobs too if there is no control slot); the slot after them, if
+    `control`, takes the control queue alone.
     """
     launcher = os.getpid()
 
     def start(slot: int, preexec_fn) -> subprocess.Popen:
         command = [sys.executable, "-m", "celery", "-A", "a2a_platform", "worker", "--pool", "threads"]
+        # A node name of its own: Celery warns of, and its remote control mixes up, namesakes.
         if slot < len(threads):
             command += ["--concurrency", str(threads[slot]), "-n", f"worker{slot + 1}-{launcher}@%h"]
+            lane = "turns" if control else ""
         else:
             command += ["--concurrency", str(control), "-n", f"control-{launcher}@%h"]
-            command += ["--queues", settings.A2A_CONTROL_QUEUE]
-        # A node name of its own: Celery warns of, and its remote control mixes up, namesakes.
+            lane = "control"
         command += ["--loglevel", loglevel, *extra]
-        return subprocess.Popen(command, cwd=settings.BASE_DIR, preexec_fn=preexec_fn)
+        env = {**os.environ, "WORKER_LANE": lane}
+        return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, preexec_fn=preexec_fn)
 
     return start

@@ -55,7 +55,7 @@ def _startup_objects_frozen(**kwargs) -> None:
 
 @signals.celeryd_after_setup.connect
 def _lane_queues(sender, instance, **kwargs) -> None:
-    # WORKER_LANE (settings.py): a worker of one lane takes its queue alone; unset, both.
+    # WORKER_LANE (settings.py): a worker of one lane takes its queue alone (over any -Q); unset, both.
     from django.conf import settings
 
     lanes = {"turns": settings.CELERY_TASK_DEFAULT_QUEUE, "control": settings.A2A_CONTROL_QUEUE}

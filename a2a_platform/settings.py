@@ -289,7 +289,7 @@ EMBEDDED_CONTROL_THREADS = env_int("EMBEDDED_CONTROL_THREADS", 2)
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
 # Beat's sweeps have no expiry (Celery would judge it on the worker's clock): workers back
 # from an outage find one queued per interval they missed, and all but the first return at
-# once (tasks_app/dispatch.py sweep_slot, on Redis' clock).
+# once (tasks_app/sweeper.py beat_sweep, on Redis' clock).
 CELERY_BEAT_SCHEDULE = {
     "sweep-turns": {"task": "tasks_app.tasks.sweep_turns", "schedule": A2A_SWEEP_INTERVAL},
 }
@@ -364,9 +364,9 @@ PUSH_TIMEOUT = env_float("PUSH_TIMEOUT", 10.0)
 PUSH_MAX_CONFIGS_PER_TASK = env_int("PUSH_MAX_CONFIGS_PER_TASK", 10)
 # An attempt still "sending" after this many seconds was lost with its worker and is sent again.
 PUSH_SENDING_LEASE = env_int("PUSH_SENDING_LEASE", 120)
-# A delivery job sends a config's queued events for this many seconds at most (at least one
-# attempt), then queues a job for the rest and frees its thread: the control lane's threads
-# take turns among configs, and a sweep gets in between (tasks_app/push.py).
+# A delivery job starts no new attempt after this many seconds (it makes at least one): it
+# queues a job for the rest and frees its thread, so the jobs queued meanwhile, a sweep first,
+# go in between (tasks_app/push.py).
 PUSH_JOB_BUDGET = env_float("PUSH_JOB_BUDGET", 1.0)
 # Seconds between push sweeps (beat in services mode, the sweeper thread embedded).
 A2A_PUSH_SWEEP_INTERVAL = env_float("A2A_PUSH_SWEEP_INTERVAL", 30.0)

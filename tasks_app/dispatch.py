@@ -43,7 +43,8 @@ def lane_of(name: str) -> str:
     Embedded, the control lane's jobs have threads of their own, so that a
     webhook delivery or a cancel never waits behind the turns.
     """
-    return "control" if name in settings.CELERY_TASK_ROUTES else "turns"
+    route = settings.CELERY_TASK_ROUTES.get(name, {})
+    return "control" if route.get("queue") == settings.A2A_CONTROL_QUEUE else "turns"
 
 
 def _embedded(lane: str) -> ThreadPoolExecutor:

@@ -234,15 +234,16 @@ def push_deliver(config_pk: int, seq: int | None = None) -> int:
     """Send the config's queued events in seq order until none is left or a retry is pending.
 
     `seq` is the event the job was enqueued for. Answers how many attempts this call made.
-    After PUSH_JOB_BUDGET seconds it queues a job for the rest and returns, freeing its
-    thread: a config with a long log or a slow receiver takes turns with the other jobs
-    of the control lane (beat's sweeps go first) instead of holding a thread throughout.
+    It starts no new attempt after PUSH_JOB_BUDGET seconds: it queues a job for the rest
+    and returns, freeing its thread, so a config with a long backlog or a slow receiver
+    lets the control lane's other jobs in (beat's sweeps first) between its attempts.
     """
     made = 0
     until = time.monotonic() + settings.PUSH_JOB_BUDGET
     while True:
         if made and time.monotonic() >= until:
-            push_dispatch(config_pk)  # the rest, in order: the next job claims the oldest open attempt
+            if PushDelivery.objects.filter(config_id=config_pk, status__in=PushDelivery.OPEN).exists():
+                push_dispatch(config_pk)  # the rest, in order: the next job claims the oldest open attempt
             return made
         delivery = _claim_next(config_pk, seq)
         if delivery is None:

@@ -2,7 +2,7 @@
 
 It runs every A2A_SWEEP_INTERVAL seconds: in services mode the beat process
 schedules it and a worker runs it (of a backlog of sweeps only the first:
-dispatch.sweep_slot); embedded, a thread of `manage.py serve` runs it. Two
+beat_sweep, below); embedded, a thread of `manage.py serve` runs it. Two
 kinds of turns:
 
 - running, with a lease nobody renewed for A2A_TURN_LEASE seconds: its worker
@@ -22,6 +22,7 @@ Every change is a conditional UPDATE on what the sweep read, so two sweepers
 """
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -30,7 +31,7 @@ from django.db.models import F, Q
 
 from tasks_app import metrics
 from tasks_app.db import database_now
-from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
+from tasks_app.dispatch import agent_cancel_dispatch, redis_client, turn_dispatch
 from tasks_app.events import SETTLED_STATES
 from tasks_app.models import Message, TaskState
 from tasks_app.turns import Turn, lock_task, owned_turn, task_fail
@@ -165,3 +166,34 @@ def _give_up(turn: Turn, now, superseded: bool = False) -> bool:
         # Canceled while the lost turn "ran": nobody gave the agent its cancel() yet.
         transaction.on_commit(lambda: agent_cancel_dispatch(turn.task_pk))
     return True
+
+
+# --- Beat's sweeps: one per interval, on the broker's clock ------------------------
+# Beat sends a sweep every interval whether or not a worker is there to run it, so
+# workers back from an outage find one queued for every interval they missed. Celery's
+# own remedy, an expiry, is judged on the worker's clock against beat's: a worker that
+# far ahead drops every sweep, and with only such workers a lost turn never ran again.
+# Instead each sweep first takes its kind's slot in Redis (SET NX with a time to live of
+# half the interval, on Redis' one clock): those queued behind it find the slot taken
+# and return at once, a Redis call each, and a worker's clock plays no part.
+
+
+def sweep_slot(kind: str, interval: float) -> bool:
+    """Whether this sweep of `kind` runs: no other began within half of `interval` seconds.
+
+    True as well without Redis (embedded) or when Redis does not answer: a sweep
+    is safe beside another, only a flood of them is waste.
+    """
+    if not settings.REDIS_URL:
+        return True
+    key = f"{settings.CELERY_TASK_DEFAULT_QUEUE}:sweep-slot:{kind}"
+    try:
+        return bool(redis_client(settings.REDIS_URL).set(key, "1", nx=True, px=max(1, int(interval * 500))))
+    except Exception as exc:
+        logger.warning("Could not take the %s sweep's slot; sweeping anyway: %r", kind, exc)
+        return True
+
+
+def beat_sweep(kind: str, interval: float, sweep: Callable[[], dict]) -> dict:
+    """One of beat's sweeps (tasks_app/tasks.py): `sweep()`, or {"skipped": True} if its slot is taken."""
+    return sweep() if sweep_slot(kind, interval) else {"skipped": True}

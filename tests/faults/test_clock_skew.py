@@ -2,8 +2,8 @@
 
 A lease is written and judged on the database's clock (tasks_app/turns/lease.py,
 tasks_app/db.py database_now), and the sweeps beat sends do not expire (a
-backlog of them runs one, by a slot on Redis' clock: tasks_app/dispatch.py
-sweep_slot). Before that:
+backlog of them runs one, by a slot on Redis' clock: tasks_app/sweeper.py
+beat_sweep). Before that:
 - a worker whose clock was behind wrote leases that had ended before they
   were written, as another worker's sweep saw them: its turn was taken away
   while it ran, again and again, and ended FAILED;

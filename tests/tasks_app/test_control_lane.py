@@ -22,7 +22,7 @@ from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web, wait_for
 from tests.tasks_app.webhooks import new_path
 
-SLOW_TURN = 5.0
+SLOW_TURN = 8.0
 
 
 def test_webhooks_cancels_and_sweeps_go_to_the_control_queue_and_turns_do_not(settings):
@@ -58,7 +58,6 @@ def test_a_webhook_goes_out_while_the_only_turn_thread_is_busy(stored, db_settin
         path = new_path()
         queued = send(web, "queued", taskPushNotificationConfig={"url": receiver.url(path)})
         wait_for(lambda: receiver.received(path, succeeded_only=True), "the webhook", timeout=SLOW_TURN * 4)
-        queued_state = Task.objects.get(id=queued).state
         delivered = PushDelivery.objects.filter(
             config__task_id=queued, status=PushDelivery.Status.SUCCEEDED
         ).aggregate(first=Min("finished_at"))["first"]
@@ -66,6 +65,5 @@ def test_a_webhook_goes_out_while_the_only_turn_thread_is_busy(stored, db_settin
         busy_ended = Task.objects.get(id=busy).updated_at
     finally:
         web.stop()
+    # Before the slow turn ended, so before the queued task's own turn could start on its thread.
     assert delivered is not None and delivered < busy_ended, (delivered, busy_ended)
-    # The task's own turn had not started: its thread was the one the slow turn held.
-    assert queued_state == TaskState.SUBMITTED, queued_state

@@ -13,8 +13,8 @@ from django.conf import settings
 from tasks_app import metrics
 from tasks_app.dispatch import redis_client
 from tasks_app.models import Message, Task, TaskEvent, TaskState
-from tasks_app.sweeper import turn_sweep
-from tasks_app.tasks import sweep_slot, sweep_turns
+from tasks_app.sweeper import sweep_slot, turn_sweep
+from tasks_app.tasks import sweep_turns
 from tests.conftest import SERVICES_MODE
 from tests.live import free_port
 from tests.tasks_app.turn_rows import running_turn

@@ -64,7 +64,11 @@ def database_description() -> str:
 def worker_description() -> str:
     """Where agent turns run and how events travel, for the banner."""
     if settings.EMBEDDED_WORKER:
-        return "worker threads in this process; in-process job queue and channel layer (no REDIS_URL)"
+        return (
+            f"{settings.EMBEDDED_WORKER_THREADS} worker threads in this process for turns and "
+            f"{max(1, settings.EMBEDDED_CONTROL_THREADS)} for webhooks and cancels; in-process job queue "
+            "and channel layer (no REDIS_URL)"
+        )
     redis = urlsplit(settings.REDIS_URL)
     where = f"{redis.hostname}:{redis.port or 6379}" if redis.hostname else redis.path
     return f"separate Celery workers; broker and channel layer on Redis at {where}"

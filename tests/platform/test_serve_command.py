@@ -207,7 +207,9 @@ def test_banner_descriptions_of_each_deployment():
         assert worker_description() == (
             "separate Celery workers; broker and channel layer on Redis at cache.internal:6380"
         )
-    with override_settings(EMBEDDED_WORKER=True, REDIS_URL=""):
+    embedded = {"EMBEDDED_WORKER_THREADS": 8, "EMBEDDED_CONTROL_THREADS": 2}
+    with override_settings(EMBEDDED_WORKER=True, REDIS_URL="", **embedded):
         assert worker_description() == (
-            "worker threads in this process; in-process job queue and channel layer (no REDIS_URL)"
+            "8 worker threads in this process for turns and 2 for webhooks and cancels;"
+            " in-process job queue and channel layer (no REDIS_URL)"
         )

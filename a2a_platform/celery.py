@@ -58,9 +58,8 @@ def _lane_queues(sender, instance, **kwargs) -> None:
     # WORKER_LANE (settings.py): a worker of one lane takes its queue alone (over any -Q); unset, both.
     from django.conf import settings
 
-    lanes = {"turns": settings.CELERY_TASK_DEFAULT_QUEUE, "control": settings.A2A_CONTROL_QUEUE}
     if settings.WORKER_LANE:
-        instance.app.amqp.queues.select([lanes[settings.WORKER_LANE]])
+        instance.app.amqp.queues.select([settings.A2A_LANE_QUEUES[settings.WORKER_LANE]])
 
 
 @signals.task_prerun.connect

@@ -77,7 +77,7 @@ class StoreCollector:
             " beat's sweeps in services mode) on the control queue.",
             labels=["queue"],
         )
-        queues = {"turns": settings.CELERY_TASK_DEFAULT_QUEUE, "control": settings.A2A_CONTROL_QUEUE}
+        queues = settings.A2A_LANE_QUEUES
         if settings.EMBEDDED_WORKER:
             depths = {queue: embedded_queue_depth(lane) for lane, queue in queues.items()}
         else:

@@ -232,15 +232,15 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "a2a-turns")
 # every thread runs a long turn (tasks_app/dispatch.py). WORKER_LANE picks a worker's queues
 # (a2a_platform/celery.py): "turns", "control", or unset for both (a lone worker, as in the tests).
 A2A_CONTROL_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-control"
-CELERY_TASK_QUEUES = [
-    Queue(name, Exchange(name), routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, A2A_CONTROL_QUEUE)
-]
+# Each lane's queue, by the lane's name (WORKER_LANE, the queue depth metric's samples).
+A2A_LANE_QUEUES = {"turns": CELERY_TASK_DEFAULT_QUEUE, "control": A2A_CONTROL_QUEUE}
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in A2A_LANE_QUEUES.values()]
 CELERY_TASK_ROUTES = {
     f"tasks_app.tasks.{job}": {"queue": A2A_CONTROL_QUEUE}
     for job in ("deliver_push", "cancel_agent", "sweep_turns", "sweep_push", "sweep_retention")
 }
 WORKER_LANE = env_str("WORKER_LANE", "").strip().lower()
-if WORKER_LANE not in ("", "turns", "control"):
+if WORKER_LANE and WORKER_LANE not in A2A_LANE_QUEUES:
     raise ImproperlyConfigured(f'WORKER_LANE must be "turns", "control" or unset, not {WORKER_LANE!r}')
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -280,11 +280,11 @@ if REDIS_URL:
         "retry_on_timeout": True,
         "health_check_interval": 10,
     }
-# Threads that run agent turns inside `manage.py serve` on the embedded default.
-EMBEDDED_WORKER_THREADS = env_int("EMBEDDED_WORKER_THREADS", 8)
+# Threads that run agent turns inside `manage.py serve` on the embedded default (at least one).
+EMBEDDED_WORKER_THREADS = max(1, env_int("EMBEDDED_WORKER_THREADS", 8))
 # Its control lane: threads of their own (at least one) for webhook deliveries and an agent's
 # cancel() (its sweeper is a thread already), so that they never wait behind the turns.
-EMBEDDED_CONTROL_THREADS = env_int("EMBEDDED_CONTROL_THREADS", 2)
+EMBEDDED_CONTROL_THREADS = max(1, env_int("EMBEDDED_CONTROL_THREADS", 2))
 # The sweeper (beat in services mode, a thread of `manage.py serve` embedded).
 A2A_SWEEP_INTERVAL = env_float("A2A_SWEEP_INTERVAL", 2.0)
 # Beat's sweeps have no expiry (Celery would judge it on the worker's clock): workers back

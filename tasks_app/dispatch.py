@@ -55,7 +55,7 @@ def _embedded(lane: str) -> ThreadPoolExecutor:
                 settings.EMBEDDED_CONTROL_THREADS if lane == "control" else settings.EMBEDDED_WORKER_THREADS
             )
             pool = _embedded_pools[lane] = ThreadPoolExecutor(
-                max_workers=max(1, threads), thread_name_prefix=f"embedded-{lane}"
+                max_workers=threads, thread_name_prefix=f"embedded-{lane}"
             )
         return pool
 

@@ -8,7 +8,12 @@ behind it: before that slow turn ends, while the queued task's turn has not
 started. On one pool for both, the delivery waited for the slow turn.
 """
 
+import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from celery import current_app
@@ -23,6 +28,7 @@ from tests.live import start_web, wait_for
 from tests.tasks_app.webhooks import new_path
 
 SLOW_TURN = 8.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_webhooks_cancels_and_sweeps_go_to_the_control_queue_and_turns_do_not(settings):
@@ -35,6 +41,24 @@ def test_webhooks_cancels_and_sweeps_go_to_the_control_queue_and_turns_do_not(se
     assert router.route({}, RUN_TURN)["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE
     assert lane_of(RUN_TURN) == "turns"
     assert {DELIVER_PUSH, CANCEL_AGENT} <= {f"tasks_app.tasks.{job}" for job in control}
+
+
+def test_each_lane_has_a_queue_and_an_embedded_pool_of_at_least_one_thread(tmp_path):
+    read = (
+        "import json, django; django.setup(); from django.conf import settings as s; print(json.dumps("
+        "[s.A2A_LANE_QUEUES, [q.name for q in s.CELERY_TASK_QUEUES], s.EMBEDDED_WORKER_THREADS,"
+        " s.EMBEDDED_CONTROL_THREADS]))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "a2a_platform.settings", "A2A_VAR_DIR": str(tmp_path)}
+    env.update(CELERY_QUEUE="q7", EMBEDDED_WORKER_THREADS="0", EMBEDDED_CONTROL_THREADS="-3")
+    done = subprocess.run(
+        [sys.executable, "-c", read], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lanes, queues, turn_threads, control_threads = json.loads(done.stdout.strip().splitlines()[-1])
+    assert lanes == {"turns": "q7", "control": "q7-control"}
+    assert queues == ["q7", "q7-control"]
+    assert (turn_threads, control_threads) == (1, 1)
 
 
 def send(web, text: str, **configuration) -> str:

@@ -66,7 +66,7 @@ def worker_description() -> str:
     if settings.EMBEDDED_WORKER:
         return (
             f"{settings.EMBEDDED_WORKER_THREADS} worker threads in this process for turns and "
-            f"{max(1, settings.EMBEDDED_CONTROL_THREADS)} for webhooks and cancels; in-process job queue "
+            f"{settings.EMBEDDED_CONTROL_THREADS} for webhooks and cancels; in-process job queue "
             "and channel layer (no REDIS_URL)"
         )
     redis = urlsplit(settings.REDIS_URL)

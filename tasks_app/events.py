@@ -13,6 +13,7 @@ half second until it can subscribe again, then fills the gap from the log.
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -32,6 +33,8 @@ SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 HEARTBEAT = object()
 # While the channel layer is unreachable, readers look at the log this often.
 DEGRADED_POLL = 0.5
+# Seconds a reader that could not join waits to give its channel back.
+LEAVE_TIMEOUT = 1.0
 
 
 def group_name(task_pk) -> str:
@@ -148,7 +151,12 @@ class Subscription:
         try:
             await self.layer.group_add(self.group, self.channel)
         except BaseException:
-            await self.layer.release_channel(self.channel)
+            # channels_redis lists the channel in the group before it subscribes in Redis: a
+            # failed join left it there, and the group, never empty again, was never left.
+            # Bounded: a join that was itself bounded (a turn's watcher) must not hang here.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(LEAVE_TIMEOUT):
+                    await self.__aexit__(None, None, None)
             raise
         return self
 
@@ -192,10 +200,17 @@ class Feed:
                 await self.subscription.__aenter__()
         except Exception as exc:
             logger.warning("Could not join %s: %r", self.subscription.group, exc)
-            self.joined = False
+            await self._leave()
         else:
             self.joined = True
         return self.joined
+
+    async def _leave(self) -> None:
+        """Give the channel back (the next join takes a new one), as far as the layer answers."""
+        if self.joined:
+            self.joined = False
+            with contextlib.suppress(Exception):
+                await self.subscription.__aexit__(None, None, None)
 
     async def receive(self, timeout: float) -> dict | None:
         if not self.joined:
@@ -206,18 +221,14 @@ class Feed:
             message = await self.subscription.receive(timeout)
         except Exception as exc:
             logger.warning("Lost the subscription to %s: %r", self.subscription.group, exc)
-            self.joined = False
+            await self._leave()
             return None
         if message is None:
             await self.join()  # refreshes a membership a restarted Redis has lost
         return message
 
     async def close(self) -> None:
-        if self.joined:
-            try:
-                await self.subscription.__aexit__(None, None, None)
-            except Exception as exc:
-                logger.debug("Could not leave %s: %r", self.subscription.group, exc)
+        await self._leave()
 
 
 def live_events(message: dict | None) -> list[tuple[int, dict]]:
@@ -290,7 +301,7 @@ async def follow(
 
 
 async def wait_until_settled(
-    task_pk, *, timeout: float | None = None, feed: "Feed | None" = None
+    task_pk, *, timeout: float | None = None, feed: "Feed | None" = None, after_seq: int = 0
 ) -> dict | None:
     """Wait until the task is terminal or interrupted, or the timeout passes.
 
@@ -301,6 +312,9 @@ async def wait_until_settled(
     `feed`: the task's group, joined before the task was stored (the caller
     closes it); nothing can have happened before it, so the store is read
     only after a quiet spell.
+
+    `after_seq`: the log's last entry before the caller's message. An earlier
+    turn's final batch, published late, is not this message's answer.
     """
     timeout = timeout if timeout is not None else settings.A2A_BLOCKING_TIMEOUT
     loop = asyncio.get_running_loop()
@@ -322,7 +336,7 @@ async def wait_until_settled(
             message = await feed.receive(timeout=min(remaining, 5.0))
             # Only a quiet spell (or a lost subscription) sends us back to the database.
             check_store = message is None
-            events = live_events(message)
+            events = [(seq, payload) for seq, payload in live_events(message) if seq > after_seq]
             if any(closes_stream(payload) for _, payload in events):
                 reply = next((payload for _, payload in events if "message" in payload), None)
                 if reply is not None:

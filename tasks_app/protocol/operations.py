@@ -79,7 +79,9 @@ async def send_message(call, request: pb.SendMessageRequest, *, send=message_sen
         if blocking:
             joined = feed is not None and feed.joined and outcome.task.pk == new_task
             try:
-                settled = await wait_until_settled(outcome.task.pk, feed=feed if joined else None)
+                settled = await wait_until_settled(
+                    outcome.task.pk, feed=feed if joined else None, after_seq=outcome.seq_before
+                )
             except UNAVAILABLE_ERRORS as exc:
                 logger.warning("Waiting for task %s: the database is unavailable (%r)", outcome.task.pk, exc)
                 settled = None

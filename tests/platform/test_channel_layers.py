@@ -15,8 +15,9 @@ import pytest
 from redis import asyncio as aioredis
 
 from a2a_platform.channel_layers import InProcessChannelLayer, RedisPubSubLayer
-from tasks_app.events import Subscription
+from tasks_app.events import Feed, Subscription
 from tests.conftest import SERVICES_MODE
+from tests.live import RedisServer
 
 TASK = "00000000-0000-0000-0000-000000000001"
 EVENTS = {"type": "task.events", "events": [[1, {"task": {"id": TASK}}]]}
@@ -66,6 +67,63 @@ def test_redis_member_channels_are_never_subscribed_and_leave_nothing_behind():
             await redis.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_reader_that_could_not_join_while_redis_was_away_leaves_nothing_behind(log_dir):
+    # channels_redis lists a channel in its group before it subscribes in Redis. A reader
+    # whose join failed left its channel there, one more each retry, so the group never
+    # emptied: once Redis was back, the reader's close never unsubscribed it.
+    if not SERVICES_MODE:
+        pytest.skip("needs redis-server (services mode)")
+    redis_server = RedisServer(log_dir, "layer-redis")
+    redis_server.start()
+    prefix = f"test-layer-{uuid.uuid4().hex[:8]}."
+    group = f"outage-{uuid.uuid4().hex[:8]}"
+
+    def reading_with(layer) -> Feed:
+        feed = Feed(TASK, group=group)
+        feed.subscription.layer = layer
+        return feed
+
+    async def scenario():
+        reader = RedisPubSubLayer(hosts=[redis_server.url], prefix=prefix)
+        writer = RedisPubSubLayer(hosts=[redis_server.url], prefix=prefix)
+        try:
+            first = reading_with(reader)
+            assert await first.join()  # the process's anchor channel is subscribed from now on
+            await first.close()
+            redis_server.stop()
+            await asyncio.sleep(1.5)  # the layer's receiver has met the closed connection
+            feed = reading_with(reader)
+            for _ in range(3):
+                assert not await feed.join()
+            redis_server.start()
+            for _ in range(50):
+                if await feed.join():
+                    break
+                await asyncio.sleep(0.2)
+            assert feed.joined
+            await writer.group_send(group, EVENTS)
+            assert await feed.receive(timeout=5.0) == EVENTS
+            await feed.close()
+            loop_layer = reader._get_layer()
+            assert loop_layer.groups == {}
+            assert loop_layer.channels == {}
+            await asyncio.sleep(0.1)  # the layer sends UNSUBSCRIBE without waiting for the reply
+            redis = aioredis.Redis.from_url(redis_server.url)
+            try:
+                left = [name.decode() for name in await redis.pubsub_channels(f"{prefix}*")]
+            finally:
+                await redis.aclose()
+            assert [name for name in left if ".anchor." not in name] == []
+        finally:
+            await reader.flush()
+            await writer.flush()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        redis_server.stop()
 
 
 def test_in_process_member_channels_leave_nothing_behind():

@@ -37,6 +37,7 @@ from structlog.contextvars import bound_contextvars
 from agents.outbound import Target, UrlRefused, url_check, url_syntax_check
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
+from tasks_app.commits import atomic_checked
 from tasks_app.db import database_now, database_now_column
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
@@ -101,8 +102,8 @@ def push_config_clean(config: pb.TaskPushNotificationConfig) -> PushConfigInput:
     )
 
 
-def push_config_save(task: Task, cleaned: PushConfigInput) -> PushConfig:
-    """Store a config on a task whose row the caller has locked.
+def push_config_save(task: Task, cleaned: PushConfigInput) -> tuple[PushConfig, bool]:
+    """Store a config on a task whose row the caller has locked: the config, and whether it is new.
 
     A config with the same id on the task is replaced (how a client rotates
     its token); one without an id always gets a new UUID, never overwriting.
@@ -119,14 +120,15 @@ def push_config_save(task: Task, cleaned: PushConfigInput) -> PushConfig:
             for name, value in fields.items():
                 setattr(existing, name, value)
             existing.save(update_fields=[*fields, "updated_at"])
-            return existing
+            return existing, False
     if PushConfig.objects.filter(task=task).count() >= settings.PUSH_MAX_CONFIGS_PER_TASK:
         raise InvalidParamsError(
             message=f"A task can have at most {settings.PUSH_MAX_CONFIGS_PER_TASK} push notification configs"
         )
-    return PushConfig.objects.create(
+    created = PushConfig.objects.create(
         tenant_id=task.tenant_id, task=task, config_id=cleaned.config_id or str(uuid.uuid4()), **fields
     )
+    return created, True
 
 
 def push_config_dict(config: PushConfig) -> dict:
@@ -149,11 +151,16 @@ def _caller_task(caller: Caller, task_id: str, *, for_update: bool = False) -> T
 def push_config_create(caller: Caller, config: pb.TaskPushNotificationConfig) -> dict:
     """CreateTaskPushNotificationConfig: store a webhook for one of the caller's tasks."""
     cleaned = push_config_clean(config)
-    with transaction.atomic():
+
+    def write() -> tuple[PushConfig, PushConfig | None]:
         # The task lock orders this against event_append: an event sees the config or not, never half.
         task = _caller_task(caller, config.task_id, for_update=True)
-        stored = push_config_save(task, cleaned)
-    return push_config_dict(stored)
+        stored, created = push_config_save(task, cleaned)
+        # A COMMIT that got no answer: a new config found stored after all is answered as stored. A
+        # replaced one cannot be told from its old self: that error stands, and its retry replaces it.
+        return stored, stored if created else None
+
+    return push_config_dict(atomic_checked(write))
 
 
 def push_config_get(caller: Caller, task_id: str, config_id: str) -> dict:

@@ -7,7 +7,6 @@ the transaction commits.
 
 import hashlib
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,12 +20,13 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.approvals import requested_decision
 from agents.registry import answers_with_task
 from tasks_app.access import Caller, FoundTask, get_task_for_caller
+from tasks_app.commits import atomic_checked
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, log_entries, log_publish, publish_soon
@@ -65,20 +65,6 @@ class IdempotencyKeyReused(InvalidParamsError):
     """An Idempotency-Key sent again with a different request (HTTP 422, JSON-RPC -32602)."""
 
 
-class CommitUnknown(OperationalError):
-    """A send's COMMIT got no answer, and the store could not be asked since: it may have gone through.
-
-    An OperationalError, so whatever handles an unreachable database handles
-    it; the bindings say that the message may have been stored.
-    """
-
-
-# How long a send whose COMMIT got no answer goes on looking for its message (a restart's time), and
-# the pause between two looks. Each look may wait DB_POOL_TIMEOUT for a connection besides.
-COMMIT_CHECK_FOR = 5.0
-COMMIT_CHECK_PAUSE = 0.25
-
-
 def message_send(
     caller: Caller,
     request: pb.SendMessageRequest,
@@ -112,7 +98,7 @@ def message_send(
     commits, and a failure there is only logged: the task is accepted, the
     sweeper dispatches it again. A COMMIT whose answer is lost (the database
     went away as it answered) is no refusal: the store is asked whether the
-    message is there (_stored_after_all), a send stored after all is accepted
+    message is there (commits.atomic_checked), a send stored after all is accepted
     and what was to run after its COMMIT runs; one that cannot be told raises
     CommitUnknown.
 
@@ -142,34 +128,24 @@ def message_send(
     body_hash = (
         hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
     )
-    # The user message and what is to run after the COMMIT, once all else is written.
-    written: tuple[Message, list] | None = None
-    try:
-        with transaction.atomic():
-            outcome, stored = _send_stored(
-                caller,
-                request,
-                idempotency_key=idempotency_key,
-                body_hash=body_hash,
-                push_config=push_config,
-                reply_as_message=reply_as_message,
-                decision=decision,
-                task_pk=task_pk,
-                count_turn=count_turn,
-            )
-            if stored is not None:
-                if with_task is not None:
-                    with_task(outcome)
-                written = stored, list(transaction.get_connection().run_on_commit)
-    except UNAVAILABLE_ERRORS:
-        # Inside a caller's transaction, that one's COMMIT decides; else only ours was left.
-        if written is None or transaction.get_connection().in_atomic_block:
-            raise
-        stored, after_commit = written
-        if not _stored_after_all(stored, after_commit):
-            raise
-        logger.warning("Task %s: the COMMIT of its message got no answer; it was stored", stored.task_id)
-    return outcome
+
+    def write() -> tuple[SendOutcome, Message | None]:
+        outcome, stored = _send_stored(
+            caller,
+            request,
+            idempotency_key=idempotency_key,
+            body_hash=body_hash,
+            push_config=push_config,
+            reply_as_message=reply_as_message,
+            decision=decision,
+            task_pk=task_pk,
+            count_turn=count_turn,
+        )
+        if stored is not None and with_task is not None:
+            with_task(outcome)
+        return outcome, stored
+
+    return atomic_checked(write)
 
 
 def _send_stored(
@@ -214,42 +190,6 @@ def _send_stored(
         return SendOutcome(task=task, seq_before=seq_before), stored
     snapshot, stored = _create_task(caller, task, message, push_config)
     return SendOutcome(task=task, seq_before=0, snapshot=snapshot), stored
-
-
-def _stored_after_all(stored: Message, after_commit: list) -> bool:
-    """Whether the send that wrote `stored` committed, its COMMIT having got no answer.
-
-    The store is asked on a new connection, again for COMMIT_CHECK_FOR
-    seconds (a restart). The row's id was the database's, and PostgreSQL
-    never gives a rolled-back transaction's ids again: a row of that id, task
-    and messageId is this one. Stored, what was to run after the COMMIT
-    (Django's on_commit hooks: the turn's dispatch, the first log entry's
-    publish, the push deliveries' job) runs now. The store out of reach
-    throughout: they run all the same (each finds nothing to do if nothing
-    was stored), and CommitUnknown is raised.
-    """
-    deadline = time.monotonic() + COMMIT_CHECK_FOR
-    found = None
-    while found is None:
-        try:
-            connections["default"].close()
-            found = Message.objects.filter(
-                pk=stored.pk, task_id=stored.task_id, message_id=stored.message_id
-            ).exists()
-        except UNAVAILABLE_ERRORS:
-            if time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
-                break
-            time.sleep(COMMIT_CHECK_PAUSE)
-    if found is False:
-        return False
-    for _, hook, _ in after_commit:
-        try:
-            hook()
-        except Exception:
-            logger.exception("Task %s: %s failed after its COMMIT", stored.task_id, hook)
-    if found is None:
-        raise CommitUnknown("the database did not answer the COMMIT of the message, nor since")
-    return True
 
 
 def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | None:
@@ -454,36 +394,45 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
     either: a queued one is marked done so it never starts, and a worker job
     (agent_cancel) gives the agent its cancel(), so that an agent holding
     something elsewhere (the a2a_proxy agent's remote task) lets it go.
+
+    A COMMIT that got no answer is asked about as a send's is (commits.atomic_checked):
+    a cancel stored after all is answered as done, and what was to follow it runs;
+    one the store could not be asked about raises CommitUnknown.
     """
-    with transaction.atomic():
-        task = get_task_for_caller(caller, task_id, for_update=True)
-        if task is None:
-            raise TaskNotFoundError()
-        if task.is_terminal:
-            raise TaskNotCancelableError(
-                message=f"Task {task.id} cannot be canceled: it is {STATE_TO_PROTO_NAME[task.state]}"
-            )
-        task.state = TaskState.CANCELED
-        task.status_message = None
-        task.status_timestamp = timezone.now()
-        events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
-        task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
-        push_deliveries_queue(task, events)
-        task_pk = task.pk
-        # Under the task's lock, which turn_finish takes too, so a turn is either
-        # seen running here (and gives the agent its cancel() itself) or done. A
-        # queued turn's claim waits for this transaction, then finds it done.
-        Message.objects.filter(task=task, turn=Message.Turn.PENDING).update(turn=Message.Turn.DONE)
-        turn_running = Message.objects.filter(task=task, turn=Message.Turn.RUNNING).exists()
-        transaction.on_commit(
-            lambda: publish_soon([(cancel_group_name(task_pk), {"type": "task.cancel"})]), robust=True
-        )
-        if not turn_running:
-            transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
+    task = atomic_checked(lambda: _cancel_stored(caller, task_id))
     try:
-        return task_snapshot(task_pk)
+        return task_snapshot(task.pk)
     except UNAVAILABLE_ERRORS as exc:
         # Canceled and stored; only reading the whole task back failed. Answered from the
         # task in hand (its status, without history or artifacts), never as "nothing stored".
-        logger.warning("Task %s canceled; reading it back failed (%r)", task_pk, exc)
+        logger.warning("Task %s canceled; reading it back failed (%r)", task.pk, exc)
         return task_dict(task)
+
+
+def _cancel_stored(caller: Caller, task_id: str) -> tuple[Task, TaskEvent]:
+    """task_cancel's writes, in its transaction: the task, canceled, and its log entry saying so."""
+    task = get_task_for_caller(caller, task_id, for_update=True)
+    if task is None:
+        raise TaskNotFoundError()
+    if task.is_terminal:
+        raise TaskNotCancelableError(
+            message=f"Task {task.id} cannot be canceled: it is {STATE_TO_PROTO_NAME[task.state]}"
+        )
+    task.state = TaskState.CANCELED
+    task.status_message = None
+    task.status_timestamp = timezone.now()
+    events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
+    task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
+    push_deliveries_queue(task, events)
+    task_pk = task.pk
+    # Under the task's lock, which turn_finish takes too, so a turn is either
+    # seen running here (and gives the agent its cancel() itself) or done. A
+    # queued turn's claim waits for this transaction, then finds it done.
+    Message.objects.filter(task=task, turn=Message.Turn.PENDING).update(turn=Message.Turn.DONE)
+    turn_running = Message.objects.filter(task=task, turn=Message.Turn.RUNNING).exists()
+    transaction.on_commit(
+        lambda: publish_soon([(cancel_group_name(task_pk), {"type": "task.cancel"})]), robust=True
+    )
+    if not turn_running:
+        transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
+    return task, events[0]

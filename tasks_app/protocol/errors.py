@@ -16,6 +16,7 @@ from a2a.utils.errors import (
 from a2a.utils.proto_utils import validation_errors_to_bad_request
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from tasks_app.commits import CommitUnknown
 from tasks_app.quotas import QuotaExceeded
 from tasks_app.services import IdempotencyKeyReused
 
@@ -30,6 +31,18 @@ class StoreUnavailable(InternalError):
         super().__init__(
             message=message or "The task store (database) is unavailable; nothing was stored. Retry later."
         )
+
+
+MAY_BE_STORED = (
+    "The task store (database) went away as this request was being stored, and it may have been. "
+    "Read the task once the store is back, before sending it again."
+)
+
+
+def store_unavailable(exc: Exception) -> StoreUnavailable:
+    """The answer to a request the store failed: nothing was stored, or after a COMMIT that got no
+    answer and could not be checked since (commits.CommitUnknown), it may have been."""
+    return StoreUnavailable(MAY_BE_STORED if isinstance(exc, CommitUnknown) else None)
 
 
 # The JSON-RPC code of QuotaExceeded: in the server-error range the spec leaves to

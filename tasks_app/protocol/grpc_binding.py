@@ -34,7 +34,7 @@ from tasks_app.events import HEARTBEAT
 from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
 from tasks_app.protocol.call import Call, Pending
-from tasks_app.protocol.errors import StoreUnavailable, grpc_status
+from tasks_app.protocol.errors import grpc_status, store_unavailable
 from tasks_app.protocol.http import CALLER_REFUSED, SEND_METHODS, check_version_value_1, idempotency_key_value
 from tasks_app.protocol.validation import check_request, check_required_fields
 from tasks_app.quotas import quota_check
@@ -280,7 +280,7 @@ def _failure(exc: Exception, method: str) -> tuple[status_pb2.Status, tuple]:
         return grpc_status(exc), ()
     if isinstance(exc, UNAVAILABLE_ERRORS):
         logger.warning("gRPC %s: the database is unavailable: %r", method, exc)
-        return grpc_status(StoreUnavailable()), ()
+        return grpc_status(store_unavailable(exc)), ()
     logger.exception("Unhandled error in gRPC %s", method)
     return grpc_status(InternalError(message="Internal error")), ()
 

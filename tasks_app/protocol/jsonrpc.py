@@ -18,9 +18,9 @@ from tasks_app.metrics import error_outcome, name_method, observe_requests
 from tasks_app.protocol import legacy, operations
 from tasks_app.protocol.errors import (
     RequestContentTypeNotSupported,
-    StoreUnavailable,
     jsonrpc_error,
     jsonrpc_http_status,
+    store_unavailable,
     unavailable_headers,
 )
 from tasks_app.protocol.http import (
@@ -146,7 +146,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         return error_response(request_id, error, jsonrpc_http_status(error), unavailable_headers(error))
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("JSON-RPC request %r: the database is unavailable: %r", request_id, exc)
-        error = StoreUnavailable()
+        error = store_unavailable(exc)
         return error_response(request_id, error, 503, unavailable_headers(error))
     except Exception:
         logger.exception("Unhandled error in JSON-RPC request %r", request_id)

@@ -16,6 +16,7 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedO
 
 from agents.cards import card_dict
 from tasks_app.access import get_task_for_caller
+from tasks_app.commits import CommitUnknown
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT, Feed, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
@@ -32,7 +33,6 @@ from tasks_app.selectors import (
     with_history_length,
 )
 from tasks_app.services import (
-    CommitUnknown,
     SendOutcome,
     message_send,
     task_answer,

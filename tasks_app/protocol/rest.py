@@ -23,8 +23,8 @@ from tasks_app.metrics import error_outcome, name_method, observe_requests
 from tasks_app.protocol import operations
 from tasks_app.protocol.errors import (
     RequestContentTypeNotSupported,
-    StoreUnavailable,
     rest_error,
+    store_unavailable,
     unavailable_headers,
 )
 from tasks_app.protocol.http import (
@@ -207,7 +207,7 @@ async def _answer(request, tenant: str, agent: str, rest: str):
         return error_response(error, headers=unavailable_headers(error) or None)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("REST request %s %s: the database is unavailable: %r", request.method, rest, exc)
-        error = StoreUnavailable()
+        error = store_unavailable(exc)
         return error_response(error, headers=unavailable_headers(error))
     except Exception:
         logger.exception("Unhandled error in REST request %s %s", request.method, rest)

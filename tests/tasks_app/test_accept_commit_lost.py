@@ -1,4 +1,6 @@
-"""A send whose COMMIT gets no answer: stored after all is accepted, never answered as an error.
+"""A write whose COMMIT gets no answer: stored after all is accepted, never answered as an error.
+
+Sends, cancels and new webhook configs (tasks_app/commits.py).
 
 The database can go away between committing the accept's transaction and
 telling the web so (a restart, a dropped connection). The web cannot tell
@@ -17,8 +19,10 @@ import uuid
 import httpx
 import pytest
 
-from tasks_app.models import DraftTaskAlias, Message, Task
-from tests.conftest import SERVICES_MODE, user_message
+from agents.models import Agent
+from tasks_app.models import DraftTaskAlias, Message, PushConfig, Task, TaskEvent
+from tenants.models import Tenant
+from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web
 
 pytestmark = pytest.mark.skipif(not SERVICES_MODE, reason="a COMMIT lost on the way back needs PostgreSQL")
@@ -26,8 +30,11 @@ pytestmark = pytest.mark.skipif(not SERVICES_MODE, reason="a COMMIT lost on the 
 HEADERS = {"A2A-Version": "1.0"}
 # psycopg commits with a simple query: 'Q', its length, the text and a NUL.
 COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
-# What a send's accept writes: a connection that wrote it is a web's sending one.
+# What a send's accept (or a cancel) writes: a connection that wrote it is a web's sending one.
 ACCEPT = b'"tasks_app_message"'
+# What CreateTaskPushNotificationConfig writes.
+PUSH_CONFIG = b'"tasks_app_pushconfig"'
+MARKERS = (ACCEPT, PUSH_CONFIG)
 
 
 class CommitCutter:
@@ -44,6 +51,7 @@ class CommitCutter:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.armed: str | None = None
+        self.marker = ACCEPT
         # Until then (time.monotonic()) new connections are dropped at once: the database is away.
         self.refuse_until = 0.0
         self.cut = threading.Event()
@@ -52,9 +60,11 @@ class CommitCutter:
         self.clients: list[socket.socket] = []
         threading.Thread(target=self.accept, daemon=True).start()
 
-    def arm(self, mode: str) -> None:
+    def arm(self, mode: str, marker: bytes = ACCEPT) -> None:
+        """Cut the next COMMIT of a connection that has written `marker` (a table's name)."""
         with self.lock:
             self.armed = mode
+            self.marker = marker
             self.cut.clear()
 
     def away(self, seconds: float) -> None:
@@ -81,11 +91,11 @@ class CommitCutter:
             threading.Thread(target=self.pump, args=(server, client), daemon=True).start()
 
     def to_server(self, client: socket.socket, server: socket.socket) -> None:
-        accepting = False
+        seen: set[bytes] = set()
         while chunk := self.read(client):
-            accepting = accepting or ACCEPT in chunk
+            seen.update(marker for marker in MARKERS if marker in chunk)
             with self.lock:
-                mode = self.armed if accepting and COMMIT in chunk else None
+                mode = self.armed if self.marker in seen and COMMIT in chunk else None
                 if mode is not None:
                     self.armed = None
             if mode in ("after", "after, and away"):
@@ -220,3 +230,73 @@ def test_a_send_whose_commit_went_through_as_the_database_stayed_away_says_it_ma
     while Task.objects.get(pk=stored_message.task_id).state != "completed":
         assert time.monotonic() < deadline, "the stored turn never ran"
         time.sleep(0.1)
+
+
+def _waiting_task(web) -> str:
+    """A task of the demo tenant's clarify-cut agent, waiting for input."""
+    Agent.objects.update_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="clarify-cut",
+        defaults={"name": "clarify-cut", "handler": "clarify", "visibility": Agent.Visibility.PUBLIC},
+    )
+    params = user_message("Plan the offsite", f"m-{uuid.uuid4()}")
+    task = rpc_to(web, "SendMessage", params, agent="clarify-cut")["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    return task["id"]
+
+
+def _call_cut(cut_web, mode: str, method: str, params: dict, marker: bytes = ACCEPT) -> httpx.Response:
+    """A JSON-RPC call to clarify-cut through a web whose COMMIT of what it writes is cut."""
+    web, cutter = cut_web
+    cutter.arm(mode, marker)
+    body = {"jsonrpc": "2.0", "id": 3, "method": method, "params": params}
+    response = httpx.post(web.agent_url("clarify-cut"), json=body, headers=HEADERS, timeout=30)
+    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+    return response
+
+
+def _cancel_cut(cut_web, mode: str) -> tuple[httpx.Response, str]:
+    """A CancelTask of a task waiting for input, through a web whose COMMIT of the cancel is cut."""
+    task_id = _waiting_task(cut_web[0])
+    return _call_cut(cut_web, mode, "CancelTask", {"id": task_id}), task_id
+
+
+def _canceled_once(task_id: str) -> bool:
+    entries = TaskEvent.objects.filter(
+        task_id=task_id, payload__statusUpdate__status__state="TASK_STATE_CANCELED"
+    )
+    return Task.objects.get(pk=task_id).state == "canceled" and entries.count() == 1
+
+
+def test_a_cancel_whose_commit_went_through_unanswered_is_answered_as_done(cut_web, stored):
+    response, task_id = _cancel_cut(cut_web, "after")
+
+    # Stored, so answered as done: not "nothing was stored" (a retry would be told it is not cancelable).
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert _canceled_once(task_id)
+
+
+def test_a_cancel_whose_commit_went_through_as_the_database_stayed_away_says_it_may_be_stored(
+    cut_web, stored
+):
+    response, task_id = _cancel_cut(cut_web, "after, and away")
+
+    said = _unavailable(response)
+    assert "it may have been" in said and "nothing was stored" not in said
+    assert _canceled_once(task_id)
+
+
+def test_a_new_webhook_config_whose_commit_went_through_unanswered_is_answered_as_stored(cut_web, stored):
+    # Without an id each CreateTaskPushNotificationConfig is a new config: answered "nothing was
+    # stored", the client's retry added a second one, and every event went out twice.
+    task_id = _waiting_task(cut_web[0])
+    params = {"taskId": task_id, "url": "http://127.0.0.1:9/hook"}
+    response = _call_cut(cut_web, "after", "CreateTaskPushNotificationConfig", params, marker=PUSH_CONFIG)
+
+    assert response.status_code == 200, response.text
+    config = response.json()["result"]
+    assert config["taskId"] == task_id and config["url"] == params["url"]
+    assert list(PushConfig.objects.filter(task_id=task_id).values_list("config_id", flat=True)) == [
+        config["id"]
+    ]

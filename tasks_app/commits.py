@@ -1,0 +1,97 @@
+"""A transaction whose COMMIT got no answer: stored after all is stored, never answered as an error.
+
+The database can go away between committing a transaction and telling the
+process so (a restart, a dropped connection), and the error cannot tell
+whether the COMMIT went through. Answered "nothing was stored" when it had
+been, a caller sent it again: a second task, a second webhook config, or a
+cancel told the task is no longer cancelable. `atomic_checked` asks the store
+instead.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import OperationalError, connections, transaction
+from django.db.models import Model
+
+from tasks_app.db import UNAVAILABLE_ERRORS
+
+logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+# How long a write whose COMMIT got no answer goes on looking for its row (a restart's time), and the
+# pause between two looks. Each look may wait DB_POOL_TIMEOUT for a connection besides.
+COMMIT_CHECK_FOR = 5.0
+COMMIT_CHECK_PAUSE = 0.25
+
+
+class CommitUnknown(OperationalError):
+    """A COMMIT got no answer, and the store could not be asked since: it may have gone through.
+
+    An OperationalError, so whatever handles an unreachable database handles
+    it; the bindings say that what was sent may have been stored.
+    """
+
+
+def atomic_checked(write: Callable[[], tuple[R, Model | None]]) -> R:
+    """Run write() in a transaction of its own; answer its result once the transaction is stored.
+
+    write() answers (result, row): a row the transaction inserted, with the id
+    the database gave it (None: nothing to look for, such as a repeat). If the
+    COMMIT gets no answer, the store is asked whether that row is there
+    (stored_after_all): stored after all, the result is answered and what was
+    to run after the COMMIT runs; not stored, the error is raised; not known,
+    CommitUnknown.
+    """
+    written: tuple[Model, list] | None = None
+    try:
+        with transaction.atomic():
+            result, row = write()
+            if row is not None:
+                written = row, list(transaction.get_connection().run_on_commit)
+    except UNAVAILABLE_ERRORS:
+        # Inside a caller's transaction, that one's COMMIT decides; else only ours was left.
+        if written is None or transaction.get_connection().in_atomic_block:
+            raise
+        row, after_commit = written
+        if not stored_after_all(row, after_commit):
+            raise
+        logger.warning("%s %s: its COMMIT got no answer; it was stored", type(row).__name__, row.pk)
+    return result
+
+
+def stored_after_all(row: Model, after_commit: list) -> bool:
+    """Whether the transaction that inserted `row` committed, its COMMIT having got no answer.
+
+    The store is asked on a new connection, again for COMMIT_CHECK_FOR
+    seconds (a restart). The row's id was the database's, and PostgreSQL
+    never gives a rolled-back transaction's ids again: a row of that id is
+    this one. Stored, what was to run after the COMMIT (Django's on_commit
+    hooks: a turn's dispatch, a log entry's publish, a webhook's job, an
+    agent's cancel()) runs now. The store out of reach throughout: they run
+    all the same (each finds nothing to do if nothing was stored), and
+    CommitUnknown is raised.
+    """
+    deadline = time.monotonic() + COMMIT_CHECK_FOR
+    found = None
+    while found is None:
+        try:
+            connections["default"].close()
+            found = type(row).objects.filter(pk=row.pk).exists()
+        except UNAVAILABLE_ERRORS:
+            if time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
+                break
+            time.sleep(COMMIT_CHECK_PAUSE)
+    if found is False:
+        return False
+    for _, hook, _ in after_commit:
+        try:
+            hook()
+        except Exception:
+            logger.exception("%s %s: %s failed after its COMMIT", type(row).__name__, row.pk, hook)
+    if found is None:
+        raise CommitUnknown("the database did not answer the COMMIT, nor since")
+    return True

@@ -16,6 +16,28 @@ class CrashingExecutor(AgentExecutor):
         return None
 
 
+class CancelledInsideExecutor(AgentExecutor):
+    """Reports progress and an artifact, then lets out a cancellation of its own.
+
+    As an agent whose gather() had a child cancelled does: its execute() ends
+    cancelled, though nobody cancelled the turn.
+    """
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+
+        from a2a.types import a2a_pb2 as pb
+
+        task = context.current_task
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.update_status(TaskState.TASK_STATE_WORKING)
+        await updater.add_artifact([pb.Part(text="half done")], name="draft")
+        raise asyncio.CancelledError()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None
+
+
 class SilentExecutor(AgentExecutor):
     """Ends its turn without ever reaching a final state."""
 

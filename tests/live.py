@@ -27,6 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 TEST_HANDLERS = (
     "crash=tests.handlers.CrashingExecutor,silent=tests.handlers.SilentExecutor,"
+    "cancelled-inside=tests.handlers.CancelledInsideExecutor,"
     "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor,"
     "replier=tests.handlers.MessageReplyExecutor,gated=tests.handlers.GatedReplyExecutor,"
     "gated-open=tests.handlers.OpenGatedReplyExecutor,ticker=tests.handlers.TickerExecutor"

@@ -48,6 +48,10 @@ LISTEN_AFTER = 0.25
 FEED_GRACE = 1.0
 
 
+class AgentCancelledItself(Exception):
+    """The agent's execute() ended cancelled though the turn was not: it let a cancellation out."""
+
+
 def turn_run(*, task_id: str, message_pk: int) -> None:
     """Run one turn on this worker thread: claim it and run it on the thread's own loop."""
     engine.run_here(turn_drive(task_id, message_pk))
@@ -101,7 +105,12 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         elif execution.done():
             watcher.cancel()
             await asyncio.wait({watcher}, timeout=STOP_TIMEOUT)
-            error = execution.exception()
+            if execution.cancelled():
+                # Nobody cancelled it (the watcher did not stop it): the agent let a cancellation of
+                # its own out (a gather() with a child cancelled). An agent error like any other.
+                error = AgentCancelledItself("the agent's execute() ended cancelled, from within")
+            else:
+                error = execution.exception()
             if error is not None and not isinstance(error, TurnAborted):
                 logger.warning("The agent of task %s raised in turn %s", task_pk, message_pk, exc_info=error)
             # What the agent emitted last may still wait for its batch.

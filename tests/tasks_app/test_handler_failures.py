@@ -24,6 +24,22 @@ def test_a_crashing_handler_fails_the_task_with_a_readable_message(rpc, stored):
     assert after["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
+def test_a_handler_that_lets_out_a_cancellation_of_its_own_fails_the_task_with_its_events_kept(rpc, stored):
+    # Its execute() ends cancelled though the turn was not: an agent error like any other, and
+    # what it emitted before is stored. It was a BaseException the turn did not catch: what
+    # waited for its batch was dropped, and the task failed as "without reaching a final state".
+    _agent("cancelled-inside", "cancelled-inside")
+    params = user_message("go", f"cancelled-inside-{uuid.uuid4()}")
+    task = rpc("SendMessage", params, agent="cancelled-inside")["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert "ended cancelled" in task["status"]["message"]["parts"][0]["text"]
+    assert [artifact["name"] for artifact in task["artifacts"]] == ["draft"]
+    after = rpc("SendMessage", user_message("still there?", f"after-cancelled-{uuid.uuid4()}"))["result"][
+        "task"
+    ]
+    assert after["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
 def test_a_handler_that_stops_without_a_final_state_fails_the_task(rpc, stored):
     _agent("silent", "silent")
     task = rpc("SendMessage", user_message("hello?", f"silent-{uuid.uuid4()}"), agent="silent")["result"][

@@ -33,7 +33,7 @@ from tasks_app import metrics
 from tasks_app.db import database_now
 from tasks_app.dispatch import agent_cancel_dispatch, redis_client, turn_dispatch
 from tasks_app.events import SETTLED_STATES
-from tasks_app.models import Message, TaskState
+from tasks_app.models import Message, Task, TaskState
 from tasks_app.turns import Turn, lock_task, owned_turn, task_fail
 
 logger = logging.getLogger(__name__)
@@ -63,12 +63,7 @@ def turn_sweep(*, task_pks=None) -> dict:
                 failed += 1
                 metrics.turn_swept("failed")
             continue
-        back = (
-            owned_turn(turn)
-            .filter(lease_until__lt=now)
-            .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now, redispatches=0)
-        )
-        if back:
+        if _requeue(turn, now):
             logger.warning(
                 "Turn %s of task %s lost its worker (attempt %s); running it again",
                 message_pk,
@@ -137,6 +132,28 @@ def _waited_out(now) -> Q:
         waited |= Q(redispatches=copies, dispatched_at__lt=quiet(wait))
     # Queued before this column said when (none of the platform's own writes leave it empty).
     return waited | Q(dispatched_at__isnull=True, created_at__lt=quiet(waits[0]))
+
+
+def _requeue(turn: Turn, now) -> bool:
+    """Put a lost turn back in the queue; False if it is not to be run again after all.
+
+    Under its task's lock, which task_cancel takes too: a cancel finds the turn
+    either running (the turn gives the agent its cancel()) or queued (the cancel
+    closes it and dispatches that cancel() itself), never neither, which gave the
+    agent two. A task settled since the sweep read it keeps its turn as it is:
+    the next sweep closes it (_give_up).
+    """
+    with transaction.atomic():
+        try:
+            if lock_task(turn.task_pk).state in SETTLED_STATES:
+                return False
+        except Task.DoesNotExist:
+            return False  # deleted since (retention): its turns went with it
+        return bool(
+            owned_turn(turn)
+            .filter(lease_until__lt=now)
+            .update(turn=Message.Turn.PENDING, lease_until=None, dispatched_at=now, redispatches=0)
+        )
 
 
 def _give_up(turn: Turn, now, superseded: bool = False) -> bool:

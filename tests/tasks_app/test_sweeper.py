@@ -5,16 +5,20 @@ expired); requeueing a live case is what tests/faults/test_worker_kill.py does
 with real processes. Beat's sweeps: of a backlog of them one runs (their slot in Redis).
 """
 
+import threading
+import time
 import uuid
 
 import pytest
 from django.conf import settings
+from django.db import connection, transaction
 
 from tasks_app import metrics
 from tasks_app.dispatch import redis_client
 from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.sweeper import sweep_slot, turn_sweep
 from tasks_app.tasks import sweep_turns
+from tasks_app.turns.lease import lock_task
 from tests.conftest import SERVICES_MODE
 from tests.live import free_port
 from tests.tasks_app.turn_rows import running_turn
@@ -54,6 +58,38 @@ def test_a_lost_turn_with_a_later_turn_on_its_task_is_closed_not_rerun(stored):
     assert message.turn == Message.Turn.DONE
     assert message.turn_attempts == 1
     assert task.state == TaskState.SUBMITTED
+
+
+def test_a_lost_turn_whose_task_is_canceled_meanwhile_is_closed_not_requeued(stored):
+    # The sweep reads the turn lost and its task working; then a cancel (holding the task's lock)
+    # commits before the turn is put back. Put back unlocked, the cancel saw the turn neither
+    # running nor queued and sent the agent its cancel(), and the worker that claimed the requeued
+    # turn on a canceled task sent a second one.
+    task, message = _lost_turn(attempts=1)
+    locked, done = threading.Event(), threading.Event()
+
+    def cancel_holding_the_lock() -> None:
+        try:
+            with transaction.atomic():
+                lock_task(task.pk)
+                Task.objects.filter(pk=task.pk).update(state=TaskState.CANCELED)
+                locked.set()
+                time.sleep(1.0)
+        finally:
+            connection.close()
+            done.set()
+
+    threading.Thread(target=cancel_holding_the_lock).start()
+    assert locked.wait(10)
+    turn_sweep(task_pks=[task.pk])  # read before the cancel commits; its requeue waits for the lock
+    assert done.is_set()
+    message.refresh_from_db()
+    assert message.turn == Message.Turn.RUNNING  # not requeued: left to the next sweep
+    assert message.turn_attempts == 1
+    turn_sweep(task_pks=[task.pk])
+    message.refresh_from_db()
+    assert message.turn == Message.Turn.DONE
+    assert Task.objects.get(pk=task.pk).state == TaskState.CANCELED
 
 
 def sweep_settings(settings, redis_url: str) -> None:

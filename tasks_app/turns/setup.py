@@ -202,6 +202,8 @@ def _restart(turn: Turn) -> bool:
     restart_id = f"restart-{turn.message_pk}-{turn.attempt}"
     with transaction.atomic():
         task = lock_task(turn.task_pk)
+        # Still ours at the COMMIT: the sweeper puts a lost turn back only under this lock too
+        # (sweeper._requeue), so no other attempt can claim it in between.
         owned = owned_turn(turn).values("turn_metadata_base").first()
         if owned is None:
             return False

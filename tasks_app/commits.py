@@ -36,15 +36,27 @@ class CommitUnknown(OperationalError):
     """
 
 
-def atomic_checked(write: Callable[[], tuple[R, Model | None]]) -> R:
+def rechecked(hook: Callable[[], object]) -> Callable[[], object]:
+    """Mark an after-COMMIT hook as one that reads the store before it acts (a job's dispatch).
+
+    Such a hook finds nothing to do if nothing was stored, so it runs even when
+    a COMMIT's outcome could not be learned (stored_after_all); the others (a
+    publish) run only once the store says the transaction is there.
+    """
+    hook.rechecks_store = True
+    return hook
+
+
+def atomic_checked(write: Callable[[], tuple[R, Model | None]], *, same: tuple[str, ...] = ()) -> R:
     """Run write() in a transaction of its own; answer its result once the transaction is stored.
 
     write() answers (result, row): a row the transaction inserted, with the id
-    the database gave it (None: nothing to look for, such as a repeat). If the
-    COMMIT gets no answer, the store is asked whether that row is there
-    (stored_after_all): stored after all, the result is answered and what was
-    to run after the COMMIT runs; not stored, the error is raised; not known,
-    CommitUnknown.
+    the database gave it (None: nothing to look for, such as a repeat); `same`
+    names fields that tell that row from any other (a message's task and
+    messageId). If the COMMIT gets no answer, the store is asked whether that
+    row is there (stored_after_all): stored after all, the result is answered
+    and what was to run after the COMMIT runs; not stored, the error is raised;
+    not known, CommitUnknown.
     """
     written: tuple[Model, list] | None = None
     try:
@@ -57,30 +69,32 @@ def atomic_checked(write: Callable[[], tuple[R, Model | None]]) -> R:
         if written is None or transaction.get_connection().in_atomic_block:
             raise
         row, after_commit = written
-        if not stored_after_all(row, after_commit):
+        if not stored_after_all(row, after_commit, **{name: getattr(row, name) for name in same}):
             raise
         logger.warning("%s %s: its COMMIT got no answer; it was stored", type(row).__name__, row.pk)
     return result
 
 
-def stored_after_all(row: Model, after_commit: list) -> bool:
+def stored_after_all(row: Model, after_commit: list, **same) -> bool:
     """Whether the transaction that inserted `row` committed, its COMMIT having got no answer.
 
     The store is asked on a new connection, again for COMMIT_CHECK_FOR
     seconds (a restart). The row's id was the database's, and PostgreSQL
     never gives a rolled-back transaction's ids again: a row of that id is
-    this one. Stored, what was to run after the COMMIT (Django's on_commit
-    hooks: a turn's dispatch, a log entry's publish, a webhook's job, an
-    agent's cancel()) runs now. The store out of reach throughout: they run
-    all the same (each finds nothing to do if nothing was stored), and
-    CommitUnknown is raised.
+    this one. (SQLite may give a rolled-back id to the next row: the fields
+    in `same` tell this row from that one.) Stored, what was to run after the
+    COMMIT (Django's on_commit hooks: a turn's dispatch, a log entry's
+    publish, a webhook's job, an agent's cancel()) runs now. The store out of
+    reach throughout: only the hooks marked `rechecked` run (each finds
+    nothing to do if nothing was stored; nothing that may not be stored is
+    published, readers find what was in the log), and CommitUnknown is raised.
     """
     deadline = time.monotonic() + COMMIT_CHECK_FOR
     found = None
     while found is None:
         try:
             connections["default"].close()
-            found = type(row).objects.filter(pk=row.pk).exists()
+            found = type(row).objects.filter(pk=row.pk, **same).exists()
         except UNAVAILABLE_ERRORS:
             if time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
                 break
@@ -88,6 +102,8 @@ def stored_after_all(row: Model, after_commit: list) -> bool:
     if found is False:
         return False
     for _, hook, _ in after_commit:
+        if found is None and not getattr(hook, "rechecks_store", False):
+            continue
         try:
             hook()
         except Exception:

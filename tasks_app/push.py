@@ -37,7 +37,7 @@ from structlog.contextvars import bound_contextvars
 from agents.outbound import Target, UrlRefused, url_check, url_syntax_check
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
-from tasks_app.commits import atomic_checked
+from tasks_app.commits import atomic_checked, rechecked
 from tasks_app.db import database_now, database_now_column
 from tasks_app.dispatch import DELIVER_PUSH, job_send
 from tasks_app.fields import Undecryptable
@@ -160,7 +160,7 @@ def push_config_create(caller: Caller, config: pb.TaskPushNotificationConfig) ->
         # replaced one cannot be told from its old self: that error stands, and its retry replaces it.
         return stored, stored if created else None
 
-    return push_config_dict(atomic_checked(write))
+    return push_config_dict(atomic_checked(write, same=("task_id", "config_id")))
 
 
 def push_config_get(caller: Caller, task_id: str, config_id: str) -> dict:
@@ -229,7 +229,7 @@ def push_deliveries_queue(task: Task, events: list[TaskEvent]) -> None:
     )
     seq = events[0].seq
     # One job per config: a job sends the config's queued events in order.
-    transaction.on_commit(lambda: [push_dispatch(pk, seq) for pk in config_pks], robust=True)
+    transaction.on_commit(rechecked(lambda: [push_dispatch(pk, seq) for pk in config_pks]), robust=True)
 
 
 def push_dispatch(config_pk: int, seq: int | None = None, *, countdown: float | None = None) -> None:

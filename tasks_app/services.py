@@ -26,7 +26,7 @@ from django.utils import timezone
 from agents.approvals import requested_decision
 from agents.registry import answers_with_task
 from tasks_app.access import Caller, FoundTask, get_task_for_caller
-from tasks_app.commits import atomic_checked
+from tasks_app.commits import atomic_checked, rechecked
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.dispatch import agent_cancel_dispatch, turn_dispatch
 from tasks_app.events import cancel_group_name, log_append, log_entries, log_publish, publish_soon
@@ -145,7 +145,7 @@ def message_send(
             with_task(outcome)
         return outcome, stored
 
-    return atomic_checked(write)
+    return atomic_checked(write, same=("task_id", "message_id"))
 
 
 def _send_stored(
@@ -358,7 +358,7 @@ def _user_message(caller: Caller, task: Task, message: pb.Message, approval: dic
 
 def _dispatch_after_commit(task: Task, message: Message) -> None:
     task_pk, message_pk = task.pk, message.pk
-    transaction.on_commit(lambda: turn_dispatch(task_pk, message_pk), robust=True)
+    transaction.on_commit(rechecked(lambda: turn_dispatch(task_pk, message_pk)), robust=True)
 
 
 def task_reveal(task: Task) -> None:
@@ -399,7 +399,7 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
     a cancel stored after all is answered as done, and what was to follow it runs;
     one the store could not be asked about raises CommitUnknown.
     """
-    task = atomic_checked(lambda: _cancel_stored(caller, task_id))
+    task = atomic_checked(lambda: _cancel_stored(caller, task_id), same=("task_id", "seq"))
     try:
         return task_snapshot(task.pk)
     except UNAVAILABLE_ERRORS as exc:
@@ -434,5 +434,5 @@ def _cancel_stored(caller: Caller, task_id: str) -> tuple[Task, TaskEvent]:
         lambda: publish_soon([(cancel_group_name(task_pk), {"type": "task.cancel"})]), robust=True
     )
     if not turn_running:
-        transaction.on_commit(lambda: agent_cancel_dispatch(task_pk), robust=True)
+        transaction.on_commit(rechecked(lambda: agent_cancel_dispatch(task_pk)), robust=True)
     return task, events[0]

@@ -138,10 +138,11 @@ def _requeue(turn: Turn, now) -> bool:
     """Put a lost turn back in the queue; False if it is not to be run again after all.
 
     Under its task's lock, which task_cancel takes too: a cancel finds the turn
-    either running (the turn gives the agent its cancel()) or queued (the cancel
-    closes it and dispatches that cancel() itself), never neither, which gave the
-    agent two. A task settled since the sweep read it keeps its turn as it is:
-    the next sweep closes it (_give_up).
+    either running (left to the turn, or for a lost one to _give_up, to give the
+    agent its cancel()) or queued (the cancel closes it and dispatches that
+    cancel() itself), never neither, which gave the agent two. A task settled
+    since the sweep read it keeps its turn as it is: the next sweep closes it
+    (_give_up).
     """
     with transaction.atomic():
         try:

@@ -35,7 +35,7 @@ class StoreUnavailable(InternalError):
 
 MAY_BE_STORED = (
     "The task store (database) went away as this request was being stored, and it may have been. "
-    "Read the task once the store is back, before sending it again."
+    "Read the task (or its webhook configs) once the store is back, before sending it again."
 )
 
 

@@ -81,8 +81,10 @@ def test_a_lost_turn_whose_task_is_canceled_meanwhile_is_closed_not_requeued(sto
 
     threading.Thread(target=cancel_holding_the_lock).start()
     assert locked.wait(10)
+    started = time.monotonic()
     turn_sweep(task_pks=[task.pk])  # read before the cancel commits; its requeue waits for the lock
-    assert done.is_set()
+    assert time.monotonic() - started > 0.5  # the lock is held for 1 s
+    assert done.wait(10)
     message.refresh_from_db()
     assert message.turn == Message.Turn.RUNNING  # not requeued: left to the next sweep
     assert message.turn_attempts == 1

@@ -303,12 +303,7 @@ def _continue_task(
     approval = _approval(caller, task, message, decision)
     user_message = _store_user_message(caller, task, message, approval)
     # The answer is in: the task leaves the operator queues at once.
-    task.state = TaskState.SUBMITTED
-    task.status_message = None
-    task.status_timestamp = timezone.now()
-    events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
-    task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
-    push_deliveries_queue(task, events)
+    _status_stored(task, TaskState.SUBMITTED)
     _dispatch_after_commit(task, user_message)
     return seq_before, user_message
 
@@ -354,6 +349,17 @@ def _user_message(caller: Caller, task: Task, message: pb.Message, approval: dic
         sender=caller.principal,
         approval=approval,
     )
+
+
+def _status_stored(task: Task, state: str) -> list[TaskEvent]:
+    """Set a locked task's state (no status message), log it and queue its webhooks: the log entry."""
+    task.state = state
+    task.status_message = None
+    task.status_timestamp = timezone.now()
+    events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
+    task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
+    push_deliveries_queue(task, events)
+    return events
 
 
 def _dispatch_after_commit(task: Task, message: Message) -> None:
@@ -418,12 +424,7 @@ def _cancel_stored(caller: Caller, task_id: str) -> tuple[Task, TaskEvent]:
         raise TaskNotCancelableError(
             message=f"Task {task.id} cannot be canceled: it is {STATE_TO_PROTO_NAME[task.state]}"
         )
-    task.state = TaskState.CANCELED
-    task.status_message = None
-    task.status_timestamp = timezone.now()
-    events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
-    task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
-    push_deliveries_queue(task, events)
+    events = _status_stored(task, TaskState.CANCELED)
     task_pk = task.pk
     # Under the task's lock, which turn_finish takes too, so a turn is either
     # seen running here (and gives the agent its cancel() itself) or done. A

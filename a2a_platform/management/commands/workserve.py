@@ -101,11 +101,11 @@ class Command(BaseCommand):
             raise CommandError("--control-threads must be at least 0")
         extra = celery_args[1:] if celery_args[:1] == ["--"] else celery_args
         threads = [concurrency or threads_of(slot, processes) for slot in range(processes)]
+        queues = settings.A2A_LANE_QUEUES
         if control:
-            lanes = f"queue {settings.CELERY_TASK_DEFAULT_QUEUE}, and one process of {control} threads on "
-            lanes += settings.A2A_CONTROL_QUEUE
+            lanes = f"queue {queues['turns']}, and one process of {control} threads on {queues['control']}"
         else:
-            lanes = f"queues {settings.CELERY_TASK_DEFAULT_QUEUE} and {settings.A2A_CONTROL_QUEUE}"
+            lanes = f"queues {queues['turns']} and {queues['control']}"
         shares = "/".join(map(str, threads))
         self.stdout.write(f"Workers: {processes} Celery worker processes of {shares} threads on {lanes}")
         self.stdout.flush()

@@ -136,6 +136,32 @@ class GatedReplyExecutor(AgentExecutor):
         return None
 
 
+class AskThenGateExecutor(AgentExecutor):
+    """Asks for input; given a path for an answer, waits until that file exists, then completes."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+        from pathlib import Path
+
+        from a2a.helpers import new_text_message
+
+        task = context.current_task
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        answer = context.get_user_input()
+        if not answer.startswith("/"):
+            await updater.requires_input(new_text_message("Which gate?"))
+            return
+        await updater.start_work()
+        for _ in range(300):
+            if Path(answer).exists():
+                break
+            await asyncio.sleep(0.1)
+        await updater.complete(new_text_message(f"Gate {Path(answer).name} opened"))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None
+
+
 class OpenGatedReplyExecutor(GatedReplyExecutor):
     """GatedReplyExecutor without answers_with_task: its task is not shown before its Message,
     which makes the exchange a message exchange (the resent-stream tests)."""

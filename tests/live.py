@@ -27,7 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 TEST_HANDLERS = (
     "crash=tests.handlers.CrashingExecutor,silent=tests.handlers.SilentExecutor,"
-    "cancelled-inside=tests.handlers.CancelledInsideExecutor,"
+    "cancelled-inside=tests.handlers.CancelledInsideExecutor,ask-then-gate=tests.handlers.AskThenGateExecutor,"
     "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor,"
     "replier=tests.handlers.MessageReplyExecutor,gated=tests.handlers.GatedReplyExecutor,"
     "gated-open=tests.handlers.OpenGatedReplyExecutor,ticker=tests.handlers.TickerExecutor"

@@ -8,9 +8,17 @@ answered with it: the previous turn's INPUT_REQUIRED, without its own message.
 """
 
 import asyncio
+import threading
+import time
 import uuid
 
+import pytest
+
+from agents.models import Agent
 from tasks_app.events import Feed, group_name, publish, wait_until_settled
+from tasks_app.models import Task
+from tenants.models import Tenant
+from tests.conftest import SERVICES_MODE, user_message
 
 BEFORE = 4  # the log's last entry before the follow-up was stored
 
@@ -50,3 +58,39 @@ def test_a_late_batch_of_the_turn_before_is_not_the_answer():
     assert answer is not None
     assert answer["task"]["metadata"] == {"turn": 2}
     assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+@pytest.mark.skipif(not SERVICES_MODE, reason="the test publishes on the server's channel layer (Redis)")
+def test_a_blocking_follow_up_to_the_server_is_answered_by_its_own_turn(rpc, stored, tmp_path):
+    # The same, through the server: the late batch is published on the task's group while the
+    # follow-up's turn waits for its gate.
+    Agent.objects.update_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="ask-then-gate",
+        defaults={"name": "ask-then-gate", "handler": "ask-then-gate", "visibility": Agent.Visibility.PUBLIC},
+    )
+    asked = rpc("SendMessage", user_message("start", f"ask-{uuid.uuid4()}"), agent="ask-then-gate")
+    task = asked["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    before = Task.objects.get(pk=task["id"]).event_seq
+    gate = tmp_path / "gate"
+    answers = []
+    params = user_message(str(gate), f"gate-{uuid.uuid4()}", taskId=task["id"], contextId=task["contextId"])
+    follow_up = threading.Thread(
+        target=lambda: answers.append(rpc("SendMessage", params, agent="ask-then-gate"))
+    )
+    follow_up.start()
+    try:
+        deadline = time.monotonic() + 20
+        while Task.objects.get(pk=task["id"]).state != "working":
+            assert time.monotonic() < deadline, "the follow-up's turn never started"
+            time.sleep(0.05)
+        time.sleep(0.3)  # the blocking call has joined the task's group (it joins before the turn is sent)
+        asyncio.run(publish([(group_name(task["id"]), _batch(before, "TASK_STATE_INPUT_REQUIRED", turn=1))]))
+        time.sleep(0.3)
+    finally:
+        gate.touch()
+        follow_up.join(30)
+    [answer] = answers
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "Gate gate opened" in answer["result"]["task"]["status"]["message"]["parts"][0]["text"]

@@ -69,8 +69,8 @@ class CommitCutter:
 
     def away(self, seconds: float) -> None:
         """The database goes away: every web connection drops, and no new one gets through for `seconds`."""
-        self.refuse_until = time.monotonic() + seconds
         with self.lock:
+            self.refuse_until = time.monotonic() + seconds
             for sock in self.clients:  # the web's ends; the server's stay, for the COMMIT under way
                 sock.close()
 
@@ -85,24 +85,31 @@ class CommitCutter:
                 continue
             server = socket.create_connection(self.upstream)
             with self.lock:
+                if time.monotonic() < self.refuse_until:  # it went away while this one connected
+                    client.close()
+                    server.close()
+                    continue
                 self.sockets += [client, server]
                 self.clients.append(client)
             threading.Thread(target=self.to_server, args=(client, server), daemon=True).start()
             threading.Thread(target=self.pump, args=(server, client), daemon=True).start()
 
     def to_server(self, client: socket.socket, server: socket.socket) -> None:
-        seen: set[bytes] = set()
+        seen: set[bytes] = set()  # the markers the connection's open transaction has written
         while chunk := self.read(client):
             seen.update(marker for marker in MARKERS if marker in chunk)
             with self.lock:
                 mode = self.armed if self.marker in seen and COMMIT in chunk else None
                 if mode is not None:
                     self.armed = None
+            if COMMIT in chunk:
+                seen.clear()  # the next transaction of the connection starts clean
             if mode in ("after", "after, and away"):
                 server.sendall(chunk)
-                client.close()  # nothing more reaches the web: not the COMMIT's answer either
                 if mode == "after, and away":
-                    self.away(8)
+                    self.away(8)  # this connection's web end too, with every other one
+                else:
+                    client.close()  # nothing more reaches the web: not the COMMIT's answer either
                 self.cut.set()
                 time.sleep(1)  # the server reads the COMMIT and commits before it sees the drop
                 server.close()

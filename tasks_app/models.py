@@ -230,6 +230,9 @@ class IdempotencyKey(models.Model):
     # SHA-256 of the request as parsed (deterministic protobuf serialization).
     body_hash = models.CharField(max_length=64)
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    # The task's last log entry before the message was stored (0: the request started the task),
+    # so a blocking repeat waits for that message's turn, not an earlier one's late news.
+    seq_before = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
 
     class Meta:

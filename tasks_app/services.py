@@ -176,12 +176,13 @@ def _send_stored(
             reply = Task.Reply.OPEN
         task = _new_task(caller, message, reply, task_pk)
     if idempotency_key:
-        previous = _key_claim(caller, idempotency_key, body_hash, task)
+        seq_before = task.event_seq if message.task_id else 0
+        previous = _key_claim(caller, idempotency_key, body_hash, task, seq_before)
         if previous is not None:
             # A retry: roll back what this request made (a new context, say);
             # its task was never saved and no turn is dispatched.
             transaction.set_rollback(True)
-            return SendOutcome(task=previous, seq_before=0, duplicate=True), None
+            return SendOutcome(task=previous.task, seq_before=previous.seq_before, duplicate=True), None
     if count_turn:
         # After the key: a send stored already is answered with its task, whatever the quota.
         quota_turn_claim(caller.tenant)
@@ -192,8 +193,11 @@ def _send_stored(
     return SendOutcome(task=task, seq_before=0, snapshot=snapshot), stored
 
 
-def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | None:
-    """Record that `key` started `task`; or answer the task an earlier use of the key started.
+def _key_claim(
+    caller: Caller, key: str, body_hash: str, task: Task, seq_before: int
+) -> IdempotencyKey | None:
+    """Record that `key` stored a message to `task` after log entry `seq_before`; or answer
+    the record of an earlier use of the key (its task, and where its message stood in the log).
 
     The insert comes first: a concurrent request with the same key waits on the
     unique index until this transaction ends, then finds this record. A task's
@@ -204,7 +208,9 @@ def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | N
     for _ in range(3):
         try:
             with transaction.atomic():
-                IdempotencyKey.objects.create(**fields, body_hash=body_hash, task_id=task.pk, created_at=now)
+                IdempotencyKey.objects.create(
+                    **fields, body_hash=body_hash, task_id=task.pk, seq_before=seq_before, created_at=now
+                )
             return None
         except IntegrityError:
             pass
@@ -223,7 +229,7 @@ def _key_claim(caller: Caller, key: str, body_hash: str, task: Task) -> Task | N
                 message=f"Idempotency-Key '{key}' was already used with a different request; "
                 "send a new key with a new request"
             )
-        return found.task
+        return found
     raise IdempotencyKeyReused(message=f"Idempotency-Key '{key}' is in use by a concurrent request; retry")
 
 

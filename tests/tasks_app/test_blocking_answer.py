@@ -63,7 +63,8 @@ def test_a_late_batch_of_the_turn_before_is_not_the_answer():
 @pytest.mark.skipif(not SERVICES_MODE, reason="the test publishes on the server's channel layer (Redis)")
 def test_a_blocking_follow_up_to_the_server_is_answered_by_its_own_turn(rpc, stored, tmp_path):
     # The same, through the server: the late batch is published on the task's group while the
-    # follow-up's turn waits for its gate.
+    # follow-up's turn waits for its gate. The follow-up is sent twice with one Idempotency-Key:
+    # the repeat stores nothing, and waits for the original's turn from where it stood in the log.
     Agent.objects.update_or_create(
         tenant=Tenant.objects.get(slug="demo"),
         slug="ask-then-gate",
@@ -74,23 +75,31 @@ def test_a_blocking_follow_up_to_the_server_is_answered_by_its_own_turn(rpc, sto
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     before = Task.objects.get(pk=task["id"]).event_seq
     gate = tmp_path / "gate"
-    answers = []
+    answers = {}
     params = user_message(str(gate), f"gate-{uuid.uuid4()}", taskId=task["id"], contextId=task["contextId"])
-    follow_up = threading.Thread(
-        target=lambda: answers.append(rpc("SendMessage", params, agent="ask-then-gate"))
-    )
-    follow_up.start()
+    key = {"Idempotency-Key": f'"{uuid.uuid4()}"'}
+
+    def send(name: str) -> None:
+        answers[name] = rpc("SendMessage", params, agent="ask-then-gate", headers=key)
+
+    senders = [threading.Thread(target=send, args=(name,)) for name in ("original", "repeat")]
+    senders[0].start()
     try:
         deadline = time.monotonic() + 20
         while Task.objects.get(pk=task["id"]).state != "working":
             assert time.monotonic() < deadline, "the follow-up's turn never started"
             time.sleep(0.05)
-        time.sleep(0.3)  # the blocking call has joined the task's group (it joins before the turn is sent)
+        senders[1].start()
+        time.sleep(0.3)  # both blocking calls have joined the task's group
         asyncio.run(publish([(group_name(task["id"]), _batch(before, "TASK_STATE_INPUT_REQUIRED", turn=1))]))
         time.sleep(0.3)
     finally:
         gate.touch()
-        follow_up.join(30)
-    [answer] = answers
-    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert "Gate gate opened" in answer["result"]["task"]["status"]["message"]["parts"][0]["text"]
+        for sender in senders:
+            sender.join(30)
+    assert sorted(answers) == ["original", "repeat"]
+    for name, answer in answers.items():
+        assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", name
+        assert "Gate gate opened" in answer["result"]["task"]["status"]["message"]["parts"][0]["text"], name
+    # The repeat stored nothing: the task holds the two user messages of the two turns.
+    assert Task.objects.get(pk=task["id"]).messages.filter(role="user").count() == 2

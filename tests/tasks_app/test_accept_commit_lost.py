@@ -37,6 +37,16 @@ PUSH_CONFIG = b'"tasks_app_pushconfig"'
 MARKERS = (ACCEPT, PUSH_CONFIG)
 
 
+def _drop(sock: socket.socket) -> None:
+    """Close a connection now: a thread blocked reading it wakes, and its peer sees it end
+    (a bare close() leaves it open while another thread is in recv() on it)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected (any more)
+    sock.close()
+
+
 class CommitCutter:
     """A TCP proxy to PostgreSQL; armed, it cuts the next connection that commits an accept, at its COMMIT.
 
@@ -44,6 +54,7 @@ class CommitCutter:
     "after, and away": so, and every other connection of the web drops, and no new one gets through
     for 8 s.
     "before": the connection is dropped and the COMMIT never reaches the server.
+    "before, and away": so, and the database is away for 8 s as for "after, and away".
     """
 
     def __init__(self, host: str, port: int):
@@ -72,7 +83,7 @@ class CommitCutter:
         with self.lock:
             self.refuse_until = time.monotonic() + seconds
             for sock in self.clients:  # the web's ends; the server's stay, for the COMMIT under way
-                sock.close()
+                _drop(sock)
 
     def accept(self) -> None:
         while True:
@@ -81,13 +92,13 @@ class CommitCutter:
             except OSError:
                 return
             if time.monotonic() < self.refuse_until:
-                client.close()
+                _drop(client)
                 continue
             server = socket.create_connection(self.upstream)
             with self.lock:
                 if time.monotonic() < self.refuse_until:  # it went away while this one connected
-                    client.close()
-                    server.close()
+                    _drop(client)
+                    _drop(server)
                     continue
                 self.sockets += [client, server]
                 self.clients.append(client)
@@ -109,21 +120,23 @@ class CommitCutter:
                 if mode == "after, and away":
                     self.away(8)  # this connection's web end too, with every other one
                 else:
-                    client.close()  # nothing more reaches the web: not the COMMIT's answer either
+                    _drop(client)  # nothing more reaches the web: not the COMMIT's answer either
                 self.cut.set()
                 time.sleep(1)  # the server reads the COMMIT and commits before it sees the drop
-                server.close()
+                _drop(server)
                 return
-            if mode == "before":
-                client.close()
-                server.close()
+            if mode in ("before", "before, and away"):
+                if mode == "before, and away":
+                    self.away(8)
+                _drop(client)
+                _drop(server)
                 self.cut.set()
                 return
             try:
                 server.sendall(chunk)
             except OSError:
                 return
-        server.close()
+        _drop(server)
 
     def pump(self, source: socket.socket, target: socket.socket) -> None:
         while chunk := self.read(source):
@@ -131,7 +144,7 @@ class CommitCutter:
                 target.sendall(chunk)
             except OSError:
                 return
-        target.close()
+        _drop(target)
 
     @staticmethod
     def read(sock: socket.socket) -> bytes:
@@ -144,7 +157,7 @@ class CommitCutter:
         self.listener.close()
         with self.lock:
             for sock in self.sockets:
-                sock.close()
+                _drop(sock)
 
 
 @pytest.fixture
@@ -252,13 +265,15 @@ def _waiting_task(web) -> str:
     return task["id"]
 
 
-def _call_cut(cut_web, mode: str, method: str, params: dict, marker: bytes = ACCEPT) -> httpx.Response:
-    """A JSON-RPC call to clarify-cut through a web whose COMMIT of what it writes is cut."""
+def _call_cut(
+    cut_web, mode: str, method: str, params: dict, marker: bytes = ACCEPT, agent: str = "clarify-cut"
+) -> httpx.Response:
+    """A JSON-RPC call to `agent` through a web whose COMMIT of what it writes is cut."""
     web, cutter = cut_web
     cutter.arm(mode, marker)
     body = {"jsonrpc": "2.0", "id": 3, "method": method, "params": params}
-    response = httpx.post(web.agent_url("clarify-cut"), json=body, headers=HEADERS, timeout=30)
-    assert cutter.cut.is_set(), "the web's COMMIT never went through the proxy"
+    response = httpx.post(web.agent_url(agent), json=body, headers=HEADERS, timeout=30)
+    assert cutter.cut.is_set(), f"the web's COMMIT never went through the proxy: {response.text}"
     return response
 
 
@@ -292,6 +307,44 @@ def test_a_cancel_whose_commit_went_through_as_the_database_stayed_away_says_it_
     said = _unavailable(response)
     assert "it may have been" in said and "nothing was stored" not in said
     assert _canceled_once(task_id)
+
+
+def test_a_cancel_that_may_not_be_stored_does_not_stop_the_running_turn(cut_web, stored, tmp_path):
+    # A cancel whose COMMIT never arrived, the database away since: the web cannot tell whether
+    # it was stored, so of what was to follow it only the dispatches that read the store run.
+    # Neither its CANCELED entry nor the order to stop the running turn is published.
+    web, _ = cut_web
+    Agent.objects.update_or_create(
+        tenant=Tenant.objects.get(slug="demo"),
+        slug="ask-then-gate",
+        defaults={"name": "ask-then-gate", "handler": "ask-then-gate", "visibility": Agent.Visibility.PUBLIC},
+    )
+    task = rpc_to(web, "SendMessage", user_message("start", f"m-{uuid.uuid4()}"), agent="ask-then-gate")
+    task = task["result"]["task"]
+    gate = tmp_path / "gate"
+    params = user_message(str(gate), f"m-{uuid.uuid4()}", taskId=task["id"], contextId=task["contextId"])
+    params["configuration"] = {"returnImmediately": True}
+    rpc_to(web, "SendMessage", params, agent="ask-then-gate")
+    deadline = time.monotonic() + 20
+    while Task.objects.get(pk=task["id"]).state != "working":
+        assert time.monotonic() < deadline, "the follow-up's turn never started"
+        time.sleep(0.05)
+    time.sleep(1)  # the turn's watcher listens for a cancel (after LISTEN_AFTER)
+
+    response = _call_cut(cut_web, "before, and away", "CancelTask", {"id": task["id"]}, agent="ask-then-gate")
+
+    said = _unavailable(response)
+    assert "it may have been" in said and "nothing was stored" not in said
+    time.sleep(1)  # a stop order, had one been published, has reached the turn
+    gate.touch()
+    deadline = time.monotonic() + 30
+    while Task.objects.get(pk=task["id"]).state == "working":
+        assert time.monotonic() < deadline, "the turn never finished"
+        time.sleep(0.1)
+    assert Task.objects.get(pk=task["id"]).state == "completed"
+    assert not TaskEvent.objects.filter(
+        task_id=task["id"], payload__statusUpdate__status__state="TASK_STATE_CANCELED"
+    ).exists()
 
 
 def test_a_new_webhook_config_whose_commit_went_through_unanswered_is_answered_as_stored(cut_web, stored):

@@ -362,8 +362,12 @@ def _status_stored(task: Task, state: str) -> list[TaskEvent]:
     task.state = state
     task.status_message = None
     task.status_timestamp = timezone.now()
+    fields = ["state", "status_message", "status_timestamp", "event_seq", "updated_at"]
+    if task.reply == Task.Reply.OPEN:
+        task.reply = Task.Reply.TASK  # canceled before the agent's first word: a task, listed as one
+        fields.append("reply")
     events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
-    task.save(update_fields=["state", "status_message", "status_timestamp", "event_seq", "updated_at"])
+    task.save(update_fields=fields)
     push_deliveries_queue(task, events)
     return events
 

@@ -284,3 +284,50 @@ def test_list_tasks_leaves_out_a_task_its_caller_has_not_been_shown(server, stor
     assert (waiting.get("tasks", []), waiting["totalSize"]) == ([], 0)
     assert "message" in answers[0]["result"]
     assert call("ListTasks", {"contextId": context_id})["result"].get("tasks", []) == []
+
+
+def test_a_task_whose_agent_spoke_or_that_was_canceled_first_is_listed(server, stored, tmp_path):
+    """Once the agent's first word is not a bare Message (a status) the caller is shown a task,
+    and ListTasks lists it; so too a task canceled before the agent's first word."""
+    asker = _demo_agent("ask-then-gate")
+    context_id = f"ctx-{uuid.uuid4()}"
+
+    def call(agent: str, method: str, params: dict) -> dict:
+        body = {"jsonrpc": "2.0", "id": 8, "method": method, "params": params}
+        return httpx.post(server.agent_url(agent), json=body, headers=HEADERS, timeout=30).json()
+
+    blocking = call(asker, "SendMessage", user_message("start", f"m-{uuid.uuid4()}", contextId=context_id))
+    assert blocking["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    streamed = {"jsonrpc": "2.0", "id": 9, "method": "SendStreamingMessage"}
+    streamed["params"] = user_message("start", f"m-{uuid.uuid4()}", contextId=context_id)
+    with stream(server.agent_url(asker), streamed) as response:
+        streamed_id = list(read_events(response))[-1]["data"]["result"]["statusUpdate"]["taskId"]
+    listed = call(asker, "ListTasks", {"contextId": context_id})["result"]
+    assert sorted(task["id"] for task in listed["tasks"]) == sorted(
+        [blocking["result"]["task"]["id"], streamed_id]
+    )
+    assert listed["totalSize"] == 2
+
+    # Canceled while its blocking call waits for the agent's first word (the gate).
+    gated = _demo_agent("gated-open")
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    other_context = f"ctx-{uuid.uuid4()}"
+    answers = []
+    params = user_message(str(gate), f"m-{uuid.uuid4()}", contextId=other_context)
+    sending = threading.Thread(target=lambda: answers.append(call(gated, "SendMessage", params)))
+    sending.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not Task.objects.filter(context__context_id=other_context).exists():
+            assert time.monotonic() < deadline, "the send stored no task"
+            time.sleep(0.05)
+        task_id = str(Task.objects.get(context__context_id=other_context).pk)
+        assert (
+            call(gated, "CancelTask", {"id": task_id})["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        )
+    finally:
+        gate.touch()
+        sending.join(30)
+    assert answers[0]["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    listed = call(gated, "ListTasks", {"contextId": other_context})["result"]
+    assert [task["id"] for task in listed["tasks"]] == [task_id]

@@ -58,28 +58,56 @@ def atomic_checked(write: Callable[[], tuple[R, Model | None]], *, same: tuple[s
     and what was to run after the COMMIT runs; not stored, the error is raised;
     not known, CommitUnknown.
     """
-    written: tuple[Model, list] | None = None
+    written: tuple[Model, list, int | None] | None = None
     try:
         with transaction.atomic():
             result, row = write()
             if row is not None:
-                written = row, list(transaction.get_connection().run_on_commit)
+                connection = transaction.get_connection()
+                written = row, list(connection.run_on_commit), _session_of(connection)
     except UNAVAILABLE_ERRORS:
         # Inside a caller's transaction, that one's COMMIT decides; else only ours was left.
         if written is None or transaction.get_connection().in_atomic_block:
             raise
-        row, after_commit = written
-        if not stored_after_all(row, after_commit, **{name: getattr(row, name) for name in same}):
+        row, after_commit, session = written
+        same_fields = {name: getattr(row, name) for name in same}
+        if not stored_after_all(row, after_commit, session=session, **same_fields):
             raise
         logger.warning("%s %s: its COMMIT got no answer; it was stored", type(row).__name__, row.pk)
     return result
 
 
-def stored_after_all(row: Model, after_commit: list, **same) -> bool:
+def _session_of(connection) -> int | None:
+    """The PostgreSQL server process of a connection (libpq knows it: no statement); None on SQLite."""
+    if connection.vendor != "postgresql":
+        return None
+    return connection.connection.info.backend_pid
+
+
+# The server process that was committing is still at it: still in its transaction, or running the
+# COMMIT. Asked before the row is looked for: once it is not, the row's presence is final.
+_SESSION_BUSY = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state <> 'idle'"
+
+
+def _stored(row: Model, session: int | None, same: dict) -> bool | None:
+    """Whether `row` is stored; None while the session that was committing it may still commit."""
+    if session is not None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(_SESSION_BUSY, [session])
+            if cursor.fetchone() is not None:
+                return None
+    return type(row).objects.filter(pk=row.pk, **same).exists()
+
+
+def stored_after_all(row: Model, after_commit: list, *, session: int | None = None, **same) -> bool:
     """Whether the transaction that inserted `row` committed, its COMMIT having got no answer.
 
     The store is asked on a new connection, again for COMMIT_CHECK_FOR
-    seconds (a restart). The row's id was the database's, and PostgreSQL
+    seconds (a restart). On PostgreSQL it is asked first whether the server
+    process that ran the transaction (`session`) is done with it: a COMMIT
+    still on its way, or still running, when the client saw its connection
+    fail would otherwise be looked for too soon, and a send it stored
+    answered "nothing was stored". The row's id was the database's, and PostgreSQL
     never gives a rolled-back transaction's ids again: a row of that id is
     this one. (SQLite may give a rolled-back id to the next row: the fields
     in `same` tell this row from that one.) Stored, what was to run after the
@@ -88,17 +116,19 @@ def stored_after_all(row: Model, after_commit: list, **same) -> bool:
     reach throughout: only the hooks marked `rechecked` run (each finds
     nothing to do if nothing was stored; nothing that may not be stored is
     published, readers find what was in the log), and CommitUnknown is raised.
+    So too while that server process stays in its transaction throughout (a
+    COMMIT lost on its way).
     """
     deadline = time.monotonic() + COMMIT_CHECK_FOR
-    found = None
-    while found is None:
+    while True:
         try:
             connections["default"].close()
-            found = type(row).objects.filter(pk=row.pk, **same).exists()
+            found = _stored(row, session, same)
         except UNAVAILABLE_ERRORS:
-            if time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
-                break
-            time.sleep(COMMIT_CHECK_PAUSE)
+            found = None
+        if found is not None or time.monotonic() + COMMIT_CHECK_PAUSE > deadline:
+            break
+        time.sleep(COMMIT_CHECK_PAUSE)
     if found is False:
         return False
     for _, hook, _ in after_commit:

@@ -6,17 +6,21 @@ the task still waits for this answer or grant (or can still be canceled) is
 decided here, under the task's row lock, never in a view: a task that does
 not raises TaskConflict, which the API answers with 409 and the console with
 a flash message.
+
+Each action and its audit record are one transaction (commits.atomic_checked):
+a COMMIT that gets no answer is asked about, and an action stored after all
+is done, not an error.
 """
 
 import uuid
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
-from django.db import transaction
 
 from agents.approvals import APPROVERS, DENIED, GRANTED
 from tasks_app.access import Caller, get_task_for_tenant
-from tasks_app.models import Message, Task, TaskState
+from tasks_app.commits import atomic_checked
+from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.selectors import principal_names
 from tasks_app.services import message_send, task_cancel
 from tenants.audit import audit_record
@@ -79,7 +83,8 @@ def _waiting(task: Task, state: str) -> Task:
     return current
 
 
-def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -> None:
+def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -> Message:
+    """The operator's message to a locked waiting task, stored in the caller's transaction: its row."""
     message = pb.Message(
         message_id=f"operator-{uuid.uuid4()}",
         role=pb.ROLE_USER,
@@ -88,7 +93,7 @@ def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -
         parts=parts,
     )
     try:
-        message_send(
+        outcome = message_send(
             operator_caller(task, user),
             pb.SendMessageRequest(message=message),
             decision=decision,
@@ -97,57 +102,72 @@ def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -
     except UnsupportedOperationError as error:
         # The task stopped waiting (terminal, or answered) between our check and the send.
         raise TaskConflict(_current(task), error.message) from None
+    return outcome.message
 
 
-@transaction.atomic
 def operator_answer(task: Task, user, text: str) -> None:
     """Answer an input-required task; TaskConflict if it is not (or no longer) waiting for input."""
-    task = _waiting(task, TaskState.INPUT_REQUIRED)
-    _send(task, user, [pb.Part(text=text)])
-    audit_record(
-        tenant=task.tenant,
-        actor=f"user:{user.username}",
-        action="task.answer",
-        target_type="task",
-        target_id=task.pk,
-        details={"text": text[:500]},
-    )
+
+    def write() -> tuple[None, Message]:
+        current = _waiting(task, TaskState.INPUT_REQUIRED)
+        stored = _send(current, user, [pb.Part(text=text)])
+        audit_record(
+            tenant=current.tenant,
+            actor=f"user:{user.username}",
+            action="task.answer",
+            target_type="task",
+            target_id=current.pk,
+            details={"text": text[:500]},
+        )
+        return None, stored
+
+    atomic_checked(write, same=("task_id", "message_id"))
 
 
-@transaction.atomic
 def operator_authorize(task: Task, user, granted: bool) -> None:
     """Grant or deny an auth-required task as its approver; the handler decides what it means.
 
     TaskConflict if it does not wait for an authorization; NotAnApprover if
     `user` sent the request: nobody approves their own request.
     """
-    task = _waiting(task, TaskState.AUTH_REQUIRED)
-    if task.owner == f"user:{user.pk}":
-        raise NotAnApprover(f"You sent this request yourself. {APPROVERS}")
-    decision = GRANTED if granted else DENIED
-    # The decision travels in the message's approval record, not in its parts:
-    # the text only tells a reader of the history what happened.
-    _send(task, user, [pb.Part(text=f"Authorization {decision} by {user.get_username()}")], decision)
-    audit_record(
-        tenant=task.tenant,
-        actor=f"user:{user.username}",
-        action=f"task.authorization_{decision}",
-        target_type="task",
-        target_id=task.pk,
-    )
+
+    def write() -> tuple[None, Message]:
+        current = _waiting(task, TaskState.AUTH_REQUIRED)
+        if current.owner == f"user:{user.pk}":
+            raise NotAnApprover(f"You sent this request yourself. {APPROVERS}")
+        decision = GRANTED if granted else DENIED
+        # The decision travels in the message's approval record, not in its parts:
+        # the text only tells a reader of the history what happened.
+        text = f"Authorization {decision} by {user.get_username()}"
+        stored = _send(current, user, [pb.Part(text=text)], decision)
+        audit_record(
+            tenant=current.tenant,
+            actor=f"user:{user.username}",
+            action=f"task.authorization_{decision}",
+            target_type="task",
+            target_id=current.pk,
+        )
+        return None, stored
+
+    atomic_checked(write, same=("task_id", "message_id"))
 
 
-@transaction.atomic
 def operator_cancel(task: Task, user) -> None:
     """Cancel a task; TaskConflict if it has ended already."""
-    try:
-        task_cancel(operator_caller(task, user), str(task.pk))
-    except (TaskNotCancelableError, TaskNotFoundError) as error:
-        raise TaskConflict(_current(task), error.message) from None
-    audit_record(
-        tenant=task.tenant,
-        actor=f"user:{user.username}",
-        action="task.cancel",
-        target_type="task",
-        target_id=task.pk,
-    )
+
+    def write() -> tuple[None, TaskEvent]:
+        try:
+            task_cancel(operator_caller(task, user), str(task.pk))
+        except (TaskNotCancelableError, TaskNotFoundError) as error:
+            raise TaskConflict(_current(task), error.message) from None
+        audit_record(
+            tenant=task.tenant,
+            actor=f"user:{user.username}",
+            action="task.cancel",
+            target_type="task",
+            target_id=task.pk,
+        )
+        # The CANCELED entry the cancel just logged: the row to look for if the COMMIT gets no answer.
+        return None, TaskEvent.objects.filter(task_id=task.pk).latest("seq")
+
+    atomic_checked(write, same=("task_id", "seq", "created_at"))

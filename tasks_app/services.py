@@ -54,6 +54,8 @@ class SendOutcome:
     # A new task as the accept stored it (its first log entry): the answer of a
     # returnImmediately send, with no second read.
     snapshot: dict | None = None
+    # The user message stored (None for a repeat).
+    message: Message | None = None
 
     @property
     def accepted(self) -> dict:
@@ -141,6 +143,7 @@ def message_send(
             task_pk=task_pk,
             count_turn=count_turn,
         )
+        outcome.message = stored
         if stored is not None and with_task is not None:
             with_task(outcome)
         return outcome, stored
@@ -415,7 +418,7 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
     a cancel stored after all is answered as done, and what was to follow it runs;
     one the store could not be asked about raises CommitUnknown.
     """
-    task = atomic_checked(lambda: _cancel_stored(caller, task_id), same=("task_id", "seq"))
+    task = atomic_checked(lambda: _cancel_stored(caller, task_id), same=("task_id", "seq", "created_at"))
     try:
         return task_snapshot(task.pk)
     except UNAVAILABLE_ERRORS as exc:

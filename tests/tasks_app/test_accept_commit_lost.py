@@ -21,7 +21,11 @@ import pytest
 
 from agents.models import Agent
 from tasks_app.models import DraftTaskAlias, Message, PushConfig, Task, TaskEvent
-from tenants.models import Tenant
+from tenants.models import AuditEvent, Tenant
+from tests.api import tenancy
+from tests.api.tenancy import trio  # noqa: F401 (a fixture: the tenants, people and tokens of the API tests)
+from tests.api.test_api_management import _set_state
+from tests.api.test_api_management import _waiting_task as _waiting_acme_task
 from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web
 
@@ -53,6 +57,8 @@ class CommitCutter:
     "after": the COMMIT goes on to the server and its answer never comes back.
     "after, and away": so, and every other connection of the web drops, and no new one gets through
     for 8 s.
+    "late": the web's end drops first, and the COMMIT reaches the server a second later (a COMMIT
+    still on its way, or slow to finish, as the web asks the store about it).
     "before": the connection is dropped and the COMMIT never reaches the server.
     "before, and away": so, and the database is away for 8 s as for "after, and away".
     """
@@ -102,10 +108,12 @@ class CommitCutter:
                     continue
                 self.sockets += [client, server]
                 self.clients.append(client)
-            threading.Thread(target=self.to_server, args=(client, server), daemon=True).start()
-            threading.Thread(target=self.pump, args=(server, client), daemon=True).start()
+            # Set, the server's answers no longer reach the web (the COMMIT's, once it is cut).
+            muted = threading.Event()
+            threading.Thread(target=self.to_server, args=(client, server, muted), daemon=True).start()
+            threading.Thread(target=self.pump, args=(server, client, muted), daemon=True).start()
 
-    def to_server(self, client: socket.socket, server: socket.socket) -> None:
+    def to_server(self, client: socket.socket, server: socket.socket, muted: threading.Event) -> None:
         seen: set[bytes] = set()  # the markers the connection's open transaction has written
         while chunk := self.read(client):
             seen.update(marker for marker in MARKERS if marker in chunk)
@@ -115,12 +123,18 @@ class CommitCutter:
                     self.armed = None
             if COMMIT in chunk:
                 seen.clear()  # the next transaction of the connection starts clean
-            if mode in ("after", "after, and away"):
+            if mode in ("after", "after, and away", "late"):
+                muted.set()  # not the COMMIT's answer either
+                if mode == "late":
+                    # The web's end drops first; the COMMIT reaches the server a second later.
+                    _drop(client)
+                    self.cut.set()
+                    time.sleep(1)
                 server.sendall(chunk)
                 if mode == "after, and away":
                     self.away(8)  # this connection's web end too, with every other one
                 else:
-                    _drop(client)  # nothing more reaches the web: not the COMMIT's answer either
+                    _drop(client)
                 self.cut.set()
                 time.sleep(1)  # the server reads the COMMIT and commits before it sees the drop
                 _drop(server)
@@ -138,8 +152,10 @@ class CommitCutter:
                 return
         _drop(server)
 
-    def pump(self, source: socket.socket, target: socket.socket) -> None:
+    def pump(self, source: socket.socket, target: socket.socket, muted: threading.Event) -> None:
         while chunk := self.read(source):
+            if muted.is_set():
+                continue
             try:
                 target.sendall(chunk)
             except OSError:
@@ -211,6 +227,16 @@ def test_a_send_whose_commit_went_through_unanswered_is_accepted_and_runs(cut_we
     # Stored once, and its turn ran: the answer is the stored task.
     assert Message.objects.filter(message_id=message_id).count() == 1
     assert Task.objects.get(pk=task["id"]).state == "completed"
+
+
+def test_a_send_whose_commit_arrives_after_the_web_lost_its_connection_is_accepted(cut_web, stored):
+    # The web's look for the message comes before the COMMIT is done: it waits for the session
+    # that was committing to finish, then finds the message (it was answered "nothing was stored").
+    response, message_id = _send_cut(cut_web, "late")
+
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["task"]["history"][0]["messageId"] == message_id
+    assert Message.objects.filter(message_id=message_id).count() == 1
 
 
 def test_a_draft_task_named_by_its_client_whose_commit_went_through_unanswered_is_accepted(cut_web, stored):
@@ -307,6 +333,24 @@ def test_a_cancel_whose_commit_went_through_as_the_database_stayed_away_says_it_
     said = _unavailable(response)
     assert "it may have been" in said and "nothing was stored" not in said
     assert _canceled_once(task_id)
+
+
+def test_an_operator_cancel_whose_commit_went_through_unanswered_is_done(cut_web, trio):  # noqa: F811
+    # The management API's cancel (the console's too) stores the cancel and its audit record in
+    # one transaction: its COMMIT is checked as an A2A cancel's is (it was answered 500).
+    web, cutter = cut_web
+    bob = trio.token("acme", [*tenancy.ALL_SCOPES], user="bob")
+    task_id = _waiting_acme_task(trio)
+    _set_state(task_id, "input-required")
+    cutter.arm("after")
+    url = f"{web.base_url}/api/v1/tenants/acme/tasks/{task_id}/cancel/"
+    response = httpx.post(url, headers=trio.auth(bob), timeout=30)
+
+    assert cutter.cut.is_set(), f"the web's COMMIT never went through the proxy: {response.text}"
+    assert response.status_code == 200, response.text
+    assert response.json()["state"] == "canceled"
+    assert _canceled_once(task_id)
+    assert AuditEvent.objects.filter(action="task.cancel", target_id=task_id).count() == 1
 
 
 def test_a_cancel_that_may_not_be_stored_does_not_stop_the_running_turn(cut_web, stored, tmp_path):

@@ -9,7 +9,9 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS
 
 from a2a_platform.api.access import MANAGE_SCOPE, Admin, IsAuthenticatedPrincipal, admin_resolve
+from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.operator import NotAnApprover, TaskConflict
+from tasks_app.protocol.errors import RETRY_AFTER_SECONDS, store_unavailable
 from tenants.models import Membership
 
 
@@ -17,6 +19,13 @@ class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The object is not in a state that allows this"
     default_code = "conflict"
+
+
+class StoreUnavailable(APIException):
+    """The database could not be reached (or did not answer a COMMIT: the detail says it may be stored)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "store_unavailable"
 
 
 class Pages(LimitOffsetPagination):
@@ -61,7 +70,12 @@ class TenantView(GenericAPIView):
             exc = Conflict(str(exc))
         elif isinstance(exc, NotAnApprover):
             exc = PermissionDenied(str(exc))
-        return super().handle_exception(exc)
+        elif isinstance(exc, UNAVAILABLE_ERRORS):
+            exc = StoreUnavailable(store_unavailable(exc).message)
+        response = super().handle_exception(exc)
+        if isinstance(exc, StoreUnavailable):
+            response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
 
     def paginated(self, queryset, serializer_class, context: dict | None = None):
         page = self.paginate_queryset(queryset)

@@ -18,6 +18,7 @@ from a2a_platform.console.presenters import STATE_LABELS, part_views, queue_item
 from a2a_platform.console.views.base import render_console
 from agents.models import Agent
 from tasks_app.access import get_task_for_tenant
+from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.models import Artifact, Message, TaskState
 from tasks_app.operator import (
     NotAnApprover,
@@ -26,6 +27,7 @@ from tasks_app.operator import (
     operator_authorize,
     operator_cancel,
 )
+from tasks_app.protocol.errors import store_unavailable
 from tasks_app.selectors import principal_names, tasks_matching, tenant_tasks
 
 MAX_ANSWER_CHARS = 10_000
@@ -172,6 +174,8 @@ def task_answer(request, task_id):
         operator_answer(task, request.user, text)
     except TaskConflict as refused:
         _no_longer_waiting(request, refused, "answered")
+    except UNAVAILABLE_ERRORS as exc:
+        messages.error(request, store_unavailable(exc).message)
     else:
         messages.success(request, f"Answer sent to {task.agent.name} (task {str(task.pk)[:8]}).")
     return _back(request, task_id)
@@ -191,6 +195,8 @@ def task_authorize(request, task_id):
         _no_longer_waiting(request, refused, "decided")
     except NotAnApprover as refused:
         messages.error(request, str(refused))
+    except UNAVAILABLE_ERRORS as exc:
+        messages.error(request, store_unavailable(exc).message)
     else:
         word = "granted" if decision == "grant" else "denied"
         messages.success(request, f"Authorization {word} (task {str(task.pk)[:8]}, {task.agent.name}).")
@@ -205,6 +211,8 @@ def task_cancel(request, task_id):
         operator_cancel(task, request.user)
     except TaskConflict as refused:
         messages.error(request, f"This task is already {refused.task.get_state_display().lower()}.")
+    except UNAVAILABLE_ERRORS as exc:
+        messages.error(request, store_unavailable(exc).message)
     else:
         messages.success(request, "Task canceled.")
     return redirect("console:task", tenant=request.console.tenant.slug, task_id=task_id)

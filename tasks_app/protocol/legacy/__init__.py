@@ -16,8 +16,14 @@ import logging
 from a2a.compat.v0_3 import types as types_v03
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotFoundError
 
-from tasks_app.db import db
-from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_http_status, unavailable_headers
+from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.protocol.errors import (
+    QuotaExceeded,
+    StoreUnavailable,
+    jsonrpc_http_status,
+    store_unavailable,
+    unavailable_headers,
+)
 from tasks_app.protocol.http import CALLER_REFUSED, refusal
 from tasks_app.protocol.legacy import draft, v03
 from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
@@ -60,8 +66,12 @@ async def dispatch(request, body: dict, agent, request_id) -> JsonAnswer:
     except CALLER_REFUSED as exc:
         status, error, challenge = refusal(exc, agent)
         return ex.error(error, status, challenge)
-    except QuotaExceeded as error:
-        # A quota refusal is 429 with Retry-After here too; other errors travel with 200.
+    except (QuotaExceeded, StoreUnavailable) as error:
+        # A quota refusal is 429 and a store outage 503, with Retry-After, here too; other errors
+        # travel with 200.
+        return ex.error(error, jsonrpc_http_status(error), unavailable_headers(error))
+    except UNAVAILABLE_ERRORS as exc:
+        error = store_unavailable(exc)
         return ex.error(error, jsonrpc_http_status(error), unavailable_headers(error))
     except A2AError as error:
         return ex.error(error)

@@ -35,6 +35,7 @@ from tasks_app.dispatch import agent_cancel_dispatch, redis_client, turn_dispatc
 from tasks_app.events import SETTLED_STATES
 from tasks_app.models import Message, Task, TaskState
 from tasks_app.turns import Turn, lock_task, owned_turn, task_fail
+from tasks_app.turns.lease import closed_turn_fields
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def _give_up(turn: Turn, now, superseded: bool = False) -> bool:
     with transaction.atomic():
         task = lock_task(turn.task_pk)
         lapsed = owned_turn(turn).filter(lease_until__lt=now)
-        if not lapsed.update(turn=Message.Turn.DONE, lease_until=None):
+        if not lapsed.update(**closed_turn_fields(now)):
             return False
         canceled = task.state == TaskState.CANCELED
         if not task.is_terminal and not task.is_interrupted and not superseded:

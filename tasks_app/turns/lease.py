@@ -240,17 +240,21 @@ def owned_turn(turn: Turn):
     return Message.objects.filter(**_owned(turn))
 
 
-def closed_turn_fields(at: datetime) -> dict:
+def closed_turn_fields(at) -> dict:
     """What closing a turn writes, as an ORM update's fields (owned_turn_statement writes it in SQL).
 
     A closed turn is never run again, so it keeps no metadata to restart from;
-    a turn closed twice keeps its first end (the console's charts).
+    a turn closed twice keeps its first end (the console's charts). `at` may be
+    the database's clock (db.database_now()).
     """
+    is_expression = hasattr(at, "resolve_expression")
     return {
         "turn": Message.Turn.DONE,
         "lease_until": None,
         "turn_metadata_base": None,
-        "turn_finished_at": Coalesce("turn_finished_at", Value(at, output_field=DateTimeField())),
+        "turn_finished_at": Coalesce(
+            "turn_finished_at", at if is_expression else Value(at, output_field=DateTimeField())
+        ),
     }
 
 

@@ -30,6 +30,8 @@ def _lost_turn(*, attempts: int, state: str = TaskState.WORKING) -> tuple[Task, 
 
 def test_a_turn_lost_on_its_last_attempt_fails_its_task_saying_why(stored):
     task, message = _lost_turn(attempts=settings.A2A_TURN_MAX_ATTEMPTS)
+    # What its task's metadata was before the lost attempt changed it.
+    Message.objects.filter(pk=message.pk).update(turn_metadata_base={"step": 1})
     failed = metrics.SWEPT_TURNS.labels("failed")._value.get()
     turn_sweep(task_pks=[task.pk])
     assert metrics.SWEPT_TURNS.labels("failed")._value.get() == failed + 1
@@ -38,6 +40,8 @@ def test_a_turn_lost_on_its_last_attempt_fails_its_task_saying_why(stored):
     assert task.state == TaskState.FAILED
     assert "attempted 3 times" in task.status_message.parts[0]["text"]
     assert message.turn == Message.Turn.DONE
+    # Closed as any turn is: its end noted (the console's turn charts), no metadata to restart from.
+    assert message.turn_finished_at is not None and message.turn_metadata_base is None
     assert TaskEvent.objects.filter(task=task, kind=TaskEvent.Kind.STATUS).count() == 1
 
 

@@ -73,9 +73,15 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     pk = parse_task_uuid(task_id)
     if pk is None:
         return None
-    lock = " FOR UPDATE OF t" if for_update and connection.features.has_select_for_update_of else ""
-    statement = f"{_task_select(with_artifacts=False)} WHERE t.id = %s{lock}"
-    row = sql.fetch_one(statement, [sql.prep(Task, "id", pk)])
+    params = [sql.prep(Task, "id", pk)]
+    where = "t.id = %s"
+    if for_update and connection.features.has_select_for_update_of:
+        # Only the caller's tenant's and agent's row is locked (a row the WHERE clause leaves out is
+        # not): another tenant's task, locked by its own writers, is not waited for, so the time an
+        # answer takes tells nothing of it. "+ 0" keeps the lookup on the primary key (_visible).
+        where += " AND t.tenant_id + 0 = %s AND t.agent_id + 0 = %s FOR UPDATE OF t"
+        params += [caller.tenant.pk, caller.agent.pk]
+    row = sql.fetch_one(f"{_task_select(with_artifacts=False)} WHERE {where}", params)
     return _task_of(row, caller) if row is not None else None
 
 

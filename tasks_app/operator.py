@@ -105,20 +105,25 @@ def _send(task: Task, user, parts: list[pb.Part], decision: str | None = None) -
     return outcome.message
 
 
+def _audited(task: Task, user, action: str, details: dict | None = None) -> None:
+    """The audit record of an operator's action on `task`, in the action's transaction."""
+    audit_record(
+        tenant=task.tenant,
+        actor=f"user:{user.username}",
+        action=action,
+        target_type="task",
+        target_id=task.pk,
+        details=details,
+    )
+
+
 def operator_answer(task: Task, user, text: str) -> None:
     """Answer an input-required task; TaskConflict if it is not (or no longer) waiting for input."""
 
     def write() -> tuple[None, Message]:
         current = _waiting(task, TaskState.INPUT_REQUIRED)
         stored = _send(current, user, [pb.Part(text=text)])
-        audit_record(
-            tenant=current.tenant,
-            actor=f"user:{user.username}",
-            action="task.answer",
-            target_type="task",
-            target_id=current.pk,
-            details={"text": text[:500]},
-        )
+        _audited(current, user, "task.answer", details={"text": text[:500]})
         return None, stored
 
     atomic_checked(write, same=("task_id", "message_id"))
@@ -140,13 +145,7 @@ def operator_authorize(task: Task, user, granted: bool) -> None:
         # the text only tells a reader of the history what happened.
         text = f"Authorization {decision} by {user.get_username()}"
         stored = _send(current, user, [pb.Part(text=text)], decision)
-        audit_record(
-            tenant=current.tenant,
-            actor=f"user:{user.username}",
-            action=f"task.authorization_{decision}",
-            target_type="task",
-            target_id=current.pk,
-        )
+        _audited(current, user, f"task.authorization_{decision}")
         return None, stored
 
     atomic_checked(write, same=("task_id", "message_id"))
@@ -160,13 +159,7 @@ def operator_cancel(task: Task, user) -> None:
             task_cancel(operator_caller(task, user), str(task.pk))
         except (TaskNotCancelableError, TaskNotFoundError) as error:
             raise TaskConflict(_current(task), error.message) from None
-        audit_record(
-            tenant=task.tenant,
-            actor=f"user:{user.username}",
-            action="task.cancel",
-            target_type="task",
-            target_id=task.pk,
-        )
+        _audited(task, user, "task.cancel")
         # The CANCELED entry the cancel just logged: the row to look for if the COMMIT gets no answer.
         return None, TaskEvent.objects.filter(task_id=task.pk).latest("seq")
 

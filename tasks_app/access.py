@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from django.db import connection
+from django.db.models import F
 
 from agents.access import can_name_agent, enabled_agent_of, enabled_agent_params, enabled_agent_sql
 from agents.models import Agent
@@ -76,11 +77,16 @@ def get_task_for_caller(caller: Caller, task_id: str, *, for_update: bool = Fals
     params = [sql.prep(Task, "id", pk)]
     where = "t.id = %s"
     if for_update and connection.features.has_select_for_update_of:
-        # Only the caller's tenant's and agent's row is locked (a row the WHERE clause leaves out is
-        # not): another tenant's task, locked by its own writers, is not waited for, so the time an
-        # answer takes tells nothing of it. "+ 0" keeps the lookup on the primary key (_visible).
-        where += " AND t.tenant_id + 0 = %s AND t.agent_id + 0 = %s FOR UPDATE OF t"
-        params += [caller.tenant.pk, caller.agent.pk]
+        # Only a row the caller may see is locked (one the WHERE clause leaves out is not): a task
+        # of another tenant, agent or caller, or a message exchange, locked by its own writers, is
+        # not waited for, so the time an answer takes tells nothing of it. "+ 0" and "|| ''" keep
+        # the lookup on the primary key (_visible).
+        where += " AND t.tenant_id + 0 = %s AND t.agent_id + 0 = %s AND t.reply || '' <> %s"
+        params += [caller.tenant.pk, caller.agent.pk, Task.Reply.MESSAGE]
+        if not caller.sees_all:
+            where += " AND t.owner || '' = %s"
+            params.append(caller.principal)
+        where += " FOR UPDATE OF t"
     row = sql.fetch_one(f"{_task_select(with_artifacts=False)} WHERE {where}", params)
     return _task_of(row, caller) if row is not None else None
 
@@ -278,9 +284,9 @@ def _visible(task: Task, caller: Caller) -> bool:
     agent in the WHERE clause too, PostgreSQL without statistics on the table
     (before its first ANALYZE, or with autovacuum off) picks the (tenant,
     agent) index instead and reads every task of the agent (1 ms at 4,600
-    tasks; tests/tasks_app/test_query_plans.py). A row of another tenant
-    locked for_update is answered None like a missing one, and its lock ends
-    with the caller's transaction.
+    tasks; tests/tasks_app/test_query_plans.py). A lookup for_update states
+    the rule in its WHERE clause too, in a form no index serves, so that it
+    never locks a row it must not show (get_task_for_caller).
     """
     return (
         task.tenant_id == caller.tenant.pk
@@ -298,6 +304,8 @@ def get_task_for_tenant(tenant: Tenant, task_id: str, *, for_update: bool = Fals
     # By its primary key alone, and the tenant checked on the row, as in get_task_for_caller.
     tasks = Task.objects.filter(pk=pk).select_related("tenant", "agent", "context", "status_message")
     if for_update:
+        # Never a lock on another tenant's row, as in get_task_for_caller ("+ 0": still by its key).
+        tasks = tasks.alias(tenant_of=F("tenant_id") + 0).filter(tenant_of=tenant.pk)
         tasks = tasks.select_for_update(of=("self",))
     task = tasks.first()
     return task if task is not None and task.tenant_id == tenant.pk else None

@@ -84,18 +84,24 @@ def _session_of(connection) -> int | None:
     return connection.connection.info.backend_pid
 
 
-# The server process that was committing is still at it: still in its transaction, or running the
-# COMMIT. Asked before the row is looked for: once it is not, the row's presence is final.
-_SESSION_BUSY = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state <> 'idle'"
+# What the server process that was committing is doing now (no row: it is gone). Asked before the
+# row is looked for: once it is gone or idle, the row's presence is final. Not this connection's
+# own process, which may have been given the same id after a restart.
+_SESSION_STATE = "SELECT state FROM pg_stat_activity WHERE pid = %s AND pid <> pg_backend_pid()"
+# Still in its transaction, or running the COMMIT. Any other state says the transaction is over,
+# or cannot be read (NULL: hidden from this role; 'disabled': track_activities off): then the row
+# is looked for at once, as where there is no process to ask.
+_BUSY_STATES = ("active", "idle in transaction", "idle in transaction (aborted)", "fastpath function call")
 
 
 def _stored(row: Model, session: int | None, same: dict) -> bool | None:
     """Whether `row` is stored; None while the session that was committing it may still commit."""
     if session is not None:
         with connections["default"].cursor() as cursor:
-            cursor.execute(_SESSION_BUSY, [session])
-            if cursor.fetchone() is not None:
-                return None
+            cursor.execute(_SESSION_STATE, [session])
+            found = cursor.fetchone()
+        if found is not None and found[0] in _BUSY_STATES:
+            return None
     return type(row).objects.filter(pk=row.pk, **same).exists()
 
 
@@ -117,7 +123,11 @@ def stored_after_all(row: Model, after_commit: list, *, session: int | None = No
     nothing to do if nothing was stored; nothing that may not be stored is
     published, readers find what was in the log), and CommitUnknown is raised.
     So too while that server process stays in its transaction throughout (a
-    COMMIT lost on its way).
+    COMMIT lost on its way; PostgreSQL ends such a session when its TCP
+    keepalives find the client gone). Behind a connection pooler the process
+    id the client is told is not the server process's (PgBouncer, in every
+    mode): the row is looked for at once, or, where that id is a busy
+    process's by chance, its outcome stays unknown.
     """
     deadline = time.monotonic() + COMMIT_CHECK_FOR
     while True:

@@ -22,7 +22,7 @@ from tasks_app.access import Caller, get_task_for_tenant
 from tasks_app.commits import atomic_checked
 from tasks_app.models import Message, Task, TaskEvent, TaskState
 from tasks_app.selectors import principal_names
-from tasks_app.services import message_send, task_cancel
+from tasks_app.services import CANCEL_ENTRY, message_send, task_cancel_stored
 from tenants.audit import audit_record
 
 
@@ -156,11 +156,10 @@ def operator_cancel(task: Task, user) -> None:
 
     def write() -> tuple[None, TaskEvent]:
         try:
-            task_cancel(operator_caller(task, user), str(task.pk))
+            _, entry = task_cancel_stored(operator_caller(task, user), str(task.pk))
         except (TaskNotCancelableError, TaskNotFoundError) as error:
             raise TaskConflict(_current(task), error.message) from None
         _audited(task, user, "task.cancel")
-        # The CANCELED entry the cancel just logged: the row to look for if the COMMIT gets no answer.
-        return None, TaskEvent.objects.filter(task_id=task.pk).latest("seq")
+        return None, entry
 
-    atomic_checked(write, same=("task_id", "seq", "created_at"))
+    atomic_checked(write, same=CANCEL_ENTRY)

@@ -367,7 +367,7 @@ def _status_stored(task: Task, state: str) -> list[TaskEvent]:
     task.status_timestamp = timezone.now()
     fields = ["state", "status_message", "status_timestamp", "event_seq", "updated_at"]
     if task.reply == Task.Reply.OPEN:
-        task.reply = Task.Reply.TASK  # canceled before the agent's first word: a task, listed as one
+        task.reply = Task.Reply.TASK  # not shown yet (a cancel before the agent's first word): a task now
         fields.append("reply")
     events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
     task.save(update_fields=fields)
@@ -418,7 +418,7 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
     a cancel stored after all is answered as done, and what was to follow it runs;
     one the store could not be asked about raises CommitUnknown.
     """
-    task = atomic_checked(lambda: _cancel_stored(caller, task_id), same=("task_id", "seq", "created_at"))
+    task = atomic_checked(lambda: task_cancel_stored(caller, task_id), same=CANCEL_ENTRY)
     try:
         return task_snapshot(task.pk)
     except UNAVAILABLE_ERRORS as exc:
@@ -428,8 +428,14 @@ def task_cancel(caller: Caller, task_id: str) -> dict:
         return task_dict(task)
 
 
-def _cancel_stored(caller: Caller, task_id: str) -> tuple[Task, TaskEvent]:
-    """task_cancel's writes, in its transaction: the task, canceled, and its log entry saying so."""
+# What tells a cancel's log entry from any other row (commits.atomic_checked): with its time, as
+# SQLite may give a rolled-back entry's id and position to the running turn's next one.
+CANCEL_ENTRY = ("task_id", "seq", "created_at")
+
+
+def task_cancel_stored(caller: Caller, task_id: str) -> tuple[Task, TaskEvent]:
+    """task_cancel's writes, in the caller's transaction: the task, canceled, and its log entry
+    saying so (the row an atomic_checked caller looks for, by CANCEL_ENTRY)."""
     task = get_task_for_caller(caller, task_id, for_update=True)
     if task is None:
         raise TaskNotFoundError()

@@ -6,6 +6,7 @@ and `lobby` (public), both echo. globex: owner charlie; agent `vault`
 """
 
 import secrets
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,6 +18,7 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, set_token_value
 
 from agents.models import Agent
+from tasks_app.models import Message, Task
 from tenants.models import Application, Membership, Tenant
 from tenants.services import oauth_client_create
 
@@ -132,3 +134,29 @@ def new_message(text: str = "hi", **fields) -> dict:
             **fields,
         }
     }
+
+
+def waiting_task(trio) -> str:
+    """A task on `quiet` (its handler never finishes a turn); set_state puts it where an operator acts."""
+    answer = httpx.post(
+        f"{trio.base_url}/a2a/acme/quiet/",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {**new_message("need you"), "configuration": {"returnImmediately": True}},
+        },
+        headers={"A2A-Version": "1.0", **trio.auth(trio.token("acme"))},
+        timeout=30,
+    )
+    return answer.json()["result"]["task"]["id"]
+
+
+def set_state(task_id: str, state: str) -> None:
+    """The task in `state` (input-required, say), once its turn is over."""
+    # Wait until the worker is done with the turn, then stand in for a handler that asked for input.
+    deadline = time.monotonic() + 20
+    while Message.objects.filter(task_id=task_id, turn__in=["pending", "running"]).exists():
+        assert time.monotonic() < deadline, "the turn never finished"
+        time.sleep(0.1)
+    Task.objects.filter(pk=task_id).update(state=state)

@@ -1,12 +1,10 @@
 """What tenant admins and operators do through /api/v1/: agents, clients, members, task actions, audit."""
 
-import time
 import uuid
 
 import httpx
 
 from tests.api import tenancy
-from tests.api.tenancy import new_message
 from tests.api.test_api_isolation import call
 
 trio = tenancy.trio
@@ -119,39 +117,12 @@ def test_members_are_added_changed_and_the_last_owner_stays(trio):
     assert actions == ["member.remove", "member.role_change", "member.add"]
 
 
-def _waiting_task(trio) -> str:
-    """A task on `quiet` (its handler never finishes a turn), put in the state an operator answers."""
-    answer = httpx.post(
-        f"{trio.base_url}/a2a/acme/quiet/",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": {**new_message("need you"), "configuration": {"returnImmediately": True}},
-        },
-        headers={"A2A-Version": "1.0", **trio.auth(trio.token("acme"))},
-        timeout=30,
-    )
-    return answer.json()["result"]["task"]["id"]
-
-
-def _set_state(task_id: str, state: str) -> None:
-    from tasks_app.models import Message, Task
-
-    # Wait until the worker is done with the turn, then stand in for a handler that asked for input.
-    deadline = time.monotonic() + 20
-    while Message.objects.filter(task_id=task_id, turn__in=["pending", "running"]).exists():
-        assert time.monotonic() < deadline, "the turn never finished"
-        time.sleep(0.1)
-    Task.objects.filter(pk=task_id).update(state=state)
-
-
 def test_operator_answers_grants_denies_and_cancels_tasks_and_each_is_audited(trio):
     # Deciding auth-required tasks takes a2a:approve on a token, as over A2A.
     bob = trio.token("acme", [*tenancy.ALL_SCOPES, "a2a:approve"], user="bob")
-    task_id = _waiting_task(trio)
+    task_id = tenancy.waiting_task(trio)
     assert call(trio, "POST", "acme", f"tasks/{task_id}/answer/", bob, {"text": "42"}).status_code == 409
-    _set_state(task_id, "input-required")
+    tenancy.set_state(task_id, "input-required")
     answered = call(trio, "POST", "acme", f"tasks/{task_id}/answer/", bob, {"text": "42"})
     assert answered.status_code == 200, answered.text
     # The answer shows the task as it is now: the answer's turn may have run (and added its
@@ -160,9 +131,9 @@ def test_operator_answers_grants_denies_and_cancels_tasks_and_each_is_audited(tr
     [answer] = [m for m in history if m["role"] == "ROLE_USER" and m["parts"] == [{"text": "42"}]]
     assert history.index(answer) >= len(history) - 2
     for action in ("grant", "deny"):
-        _set_state(task_id, "auth-required")
+        tenancy.set_state(task_id, "auth-required")
         assert call(trio, "POST", "acme", f"tasks/{task_id}/{action}/", bob).status_code == 200
-    _set_state(task_id, "auth-required")
+    tenancy.set_state(task_id, "auth-required")
     dave = trio.token("acme", user="dave")
     assert call(trio, "POST", "acme", f"tasks/{task_id}/cancel/", dave).status_code == 403
     canceled = call(trio, "POST", "acme", f"tasks/{task_id}/cancel/", bob)
@@ -180,7 +151,7 @@ def test_operator_answers_grants_denies_and_cancels_tasks_and_each_is_audited(tr
 
 def test_task_list_filters(trio):
     alice = trio.token("acme", user="alice")
-    task_id = _waiting_task(trio)
+    task_id = tenancy.waiting_task(trio)
     by_agent = call(trio, "GET", "acme", "tasks/?agent=quiet&limit=200", alice).json()["results"]
     assert task_id in {t["id"] for t in by_agent} and {t["agent"] for t in by_agent} == {"quiet"}
     by_state = call(trio, "GET", "acme", "tasks/?state=completed", alice).json()["results"]

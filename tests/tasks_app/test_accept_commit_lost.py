@@ -23,11 +23,10 @@ from agents.models import Agent
 from tasks_app.models import DraftTaskAlias, Message, PushConfig, Task, TaskEvent
 from tenants.models import AuditEvent, Tenant
 from tests.api import tenancy
-from tests.api.tenancy import trio  # noqa: F401 (a fixture: the tenants, people and tokens of the API tests)
-from tests.api.test_api_management import _set_state
-from tests.api.test_api_management import _waiting_task as _waiting_acme_task
 from tests.conftest import SERVICES_MODE, rpc_to, user_message
 from tests.live import start_web
+
+trio = tenancy.trio  # the tenants, people and tokens of the API tests
 
 pytestmark = pytest.mark.skipif(not SERVICES_MODE, reason="a COMMIT lost on the way back needs PostgreSQL")
 
@@ -57,8 +56,8 @@ class CommitCutter:
     "after": the COMMIT goes on to the server and its answer never comes back.
     "after, and away": so, and every other connection of the web drops, and no new one gets through
     for 8 s.
-    "late": the web's end drops first, and the COMMIT reaches the server a second later (a COMMIT
-    still on its way, or slow to finish, as the web asks the store about it).
+    "late": the web's end drops first, and the COMMIT reaches the server only after the web has
+    asked the store about it (a COMMIT still on its way, or slow to finish, as the web asks).
     "before": the connection is dropped and the COMMIT never reaches the server.
     "before, and away": so, and the database is away for 8 s as for "after, and away".
     """
@@ -72,6 +71,8 @@ class CommitCutter:
         # Until then (time.monotonic()) new connections are dropped at once: the database is away.
         self.refuse_until = 0.0
         self.cut = threading.Event()
+        # Set when the web asks PostgreSQL whether the session that was committing is done.
+        self.asked = threading.Event()
         self.lock = threading.Lock()
         self.sockets: list[socket.socket] = []
         self.clients: list[socket.socket] = []
@@ -83,6 +84,7 @@ class CommitCutter:
             self.armed = mode
             self.marker = marker
             self.cut.clear()
+            self.asked.clear()
 
     def away(self, seconds: float) -> None:
         """The database goes away: every web connection drops, and no new one gets through for `seconds`."""
@@ -117,6 +119,8 @@ class CommitCutter:
         seen: set[bytes] = set()  # the markers the connection's open transaction has written
         while chunk := self.read(client):
             seen.update(marker for marker in MARKERS if marker in chunk)
+            if b"pg_stat_activity" in chunk:
+                self.asked.set()
             with self.lock:
                 mode = self.armed if self.marker in seen and COMMIT in chunk else None
                 if mode is not None:
@@ -126,10 +130,12 @@ class CommitCutter:
             if mode in ("after", "after, and away", "late"):
                 muted.set()  # not the COMMIT's answer either
                 if mode == "late":
-                    # The web's end drops first; the COMMIT reaches the server a second later.
+                    # The web's end drops first; the COMMIT reaches the server only once the web
+                    # has asked about the session (or after 5 s), and has been told it is busy.
                     _drop(client)
                     self.cut.set()
-                    time.sleep(1)
+                    self.asked.wait(5)
+                    time.sleep(0.5)
                 server.sendall(chunk)
                 if mode == "after, and away":
                     self.away(8)  # this connection's web end too, with every other one
@@ -234,6 +240,7 @@ def test_a_send_whose_commit_arrives_after_the_web_lost_its_connection_is_accept
     # that was committing to finish, then finds the message (it was answered "nothing was stored").
     response, message_id = _send_cut(cut_web, "late")
 
+    assert cut_web[1].asked.is_set(), "the web never asked whether the committing session was done"
     assert response.status_code == 200, response.text
     assert response.json()["result"]["task"]["history"][0]["messageId"] == message_id
     assert Message.objects.filter(message_id=message_id).count() == 1
@@ -351,13 +358,13 @@ def test_a_0_3_cancel_whose_commit_went_through_as_the_database_stayed_away_says
     assert _canceled_once(task_id)
 
 
-def test_an_operator_cancel_whose_commit_went_through_unanswered_is_done(cut_web, trio):  # noqa: F811
+def test_an_operator_cancel_whose_commit_went_through_unanswered_is_done(cut_web, trio):
     # The management API's cancel (the console's too) stores the cancel and its audit record in
     # one transaction: its COMMIT is checked as an A2A cancel's is (it was answered 500).
     web, cutter = cut_web
     bob = trio.token("acme", [*tenancy.ALL_SCOPES], user="bob")
-    task_id = _waiting_acme_task(trio)
-    _set_state(task_id, "input-required")
+    task_id = tenancy.waiting_task(trio)
+    tenancy.set_state(task_id, "input-required")
     cutter.arm("after")
     url = f"{web.base_url}/api/v1/tenants/acme/tasks/{task_id}/cancel/"
     response = httpx.post(url, headers=trio.auth(bob), timeout=30)

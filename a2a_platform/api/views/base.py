@@ -21,8 +21,8 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-class StoreUnavailable(APIException):
-    """The database could not be reached (or did not answer a COMMIT: the detail says it may be stored)."""
+class Unavailable(APIException):
+    """The task store (database) could not be reached: the detail says what was, may be or was not stored."""
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "store_unavailable"
@@ -71,9 +71,9 @@ class TenantView(GenericAPIView):
         elif isinstance(exc, NotAnApprover):
             exc = PermissionDenied(str(exc))
         elif isinstance(exc, UNAVAILABLE_ERRORS):
-            exc = StoreUnavailable(store_unavailable(exc).message)
+            exc = Unavailable(store_unavailable(exc).message)
         response = super().handle_exception(exc)
-        if isinstance(exc, StoreUnavailable):
+        if isinstance(exc, Unavailable):
             response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
 

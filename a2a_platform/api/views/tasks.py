@@ -4,9 +4,10 @@ from rest_framework.response import Response
 
 from a2a_platform.api.access import TASKS_READ_SCOPE
 from a2a_platform.api.serializers import TaskAnswerInput, TaskDetailOutput, TaskListQuery, TaskOutput
-from a2a_platform.api.views.base import TenantView
+from a2a_platform.api.views.base import TenantView, Unavailable
 from agents.approvals import APPROVE_SCOPE
 from tasks_app.access import get_task_for_tenant
+from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.models import Task
 from tasks_app.operator import operator_answer, operator_authorize, operator_cancel
 from tasks_app.selectors import task_snapshot, tasks_matching, tenant_tasks
@@ -29,6 +30,20 @@ class TaskView(TenantView):
     def detail(self, task: Task) -> Response:
         task.refresh_from_db()
         return Response(TaskDetailOutput({**_row(task), "task": task_snapshot(task.pk)}).data)
+
+    def acted(self, task: Task) -> Response:
+        """The task after an operator's action, which is stored: never answered "nothing was stored"."""
+        try:
+            return self.detail(task)
+        except UNAVAILABLE_ERRORS:
+            raise Unavailable(ACTION_STORED) from None
+
+
+# An operator's action stored, and the task store gone before the task could be read back.
+ACTION_STORED = (
+    "The action was stored; only reading the task back failed: the task store (database) is "
+    "unavailable. Read the task once it is back; do not send the action again."
+)
 
 
 def _row(task: Task) -> dict:
@@ -60,7 +75,7 @@ class TaskCancelView(TaskView):
     def post(self, request, tenant, task_id):
         task = self.get_task(task_id)
         operator_cancel(task, self.admin.user)
-        return self.detail(task)
+        return self.acted(task)
 
 
 class TaskAnswerView(TaskView):
@@ -74,7 +89,7 @@ class TaskAnswerView(TaskView):
         data = TaskAnswerInput(data=request.data)
         data.is_valid(raise_exception=True)
         operator_answer(task, self.admin.user, data.validated_data["text"])
-        return self.detail(task)
+        return self.acted(task)
 
 
 class TaskGrantView(TaskView):
@@ -90,7 +105,7 @@ class TaskGrantView(TaskView):
             # so a program given a read-only token cannot approve in that person's name.
             raise PermissionDenied(f"Deciding an auth-required task needs a token with '{APPROVE_SCOPE}'")
         operator_authorize(task, self.admin.user, granted=self.granted)
-        return self.detail(task)
+        return self.acted(task)
 
 
 class TaskDenyView(TaskGrantView):

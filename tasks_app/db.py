@@ -224,5 +224,9 @@ def database_now():
 
 def database_now_column():
     """database_now() as a column a query reads back with its rows (annotate)."""
-    now = database_now()
-    return now if hasattr(now, "resolve_expression") else Value(now, output_field=DateTimeField())
+    return datetime_column(database_now())
+
+
+def datetime_column(at):
+    """A time, or the database's clock (database_now()), as a value an ORM update or annotate takes."""
+    return at if hasattr(at, "resolve_expression") else Value(at, output_field=DateTimeField())

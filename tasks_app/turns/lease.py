@@ -24,12 +24,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import DateTimeField, Value
+from django.db.models import DateTimeField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.db import UNAVAILABLE_ERRORS, datetime_column, db
 from tasks_app.events import task_state
 from tasks_app.models import (
     TERMINAL_STATES,
@@ -247,14 +247,11 @@ def closed_turn_fields(at) -> dict:
     a turn closed twice keeps its first end (the console's charts). `at` may be
     the database's clock (db.database_now()).
     """
-    is_expression = hasattr(at, "resolve_expression")
     return {
         "turn": Message.Turn.DONE,
         "lease_until": None,
         "turn_metadata_base": None,
-        "turn_finished_at": Coalesce(
-            "turn_finished_at", at if is_expression else Value(at, output_field=DateTimeField())
-        ),
+        "turn_finished_at": Coalesce("turn_finished_at", datetime_column(at)),
     }
 
 

@@ -18,8 +18,11 @@ import uuid
 
 import httpx
 import pytest
+from django.conf import settings
 
 from agents.models import Agent
+from tasks_app.dispatch import redis_client
+from tasks_app.events import cancel_group_name
 from tasks_app.models import DraftTaskAlias, Message, PushConfig, Task, TaskEvent
 from tenants.models import AuditEvent, Tenant
 from tests.api import tenancy
@@ -393,10 +396,11 @@ def test_a_cancel_that_may_not_be_stored_does_not_stop_the_running_turn(cut_web,
     params["configuration"] = {"returnImmediately": True}
     rpc_to(web, "SendMessage", params, agent="ask-then-gate")
     deadline = time.monotonic() + 20
-    while Task.objects.get(pk=task["id"]).state != "working":
-        assert time.monotonic() < deadline, "the follow-up's turn never started"
+    # The turn's watcher listens for a cancel (it subscribes to its task's cancel group in Redis).
+    redis = redis_client(settings.REDIS_URL)
+    while not redis.pubsub_channels(f"*{cancel_group_name(task['id'])}*"):
+        assert time.monotonic() < deadline, "the turn's watcher never listened for a cancel"
         time.sleep(0.05)
-    time.sleep(1)  # the turn's watcher listens for a cancel (after LISTEN_AFTER)
 
     response = _call_cut(cut_web, "before, and away", "CancelTask", {"id": task["id"]}, agent="ask-then-gate")
 

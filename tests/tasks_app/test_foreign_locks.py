@@ -28,10 +28,11 @@ from tests.tasks_app.turn_rows import running_turn
 pytestmark = pytest.mark.skipif(not SERVICES_MODE, reason="SQLite has no row locks (one writer at a time)")
 
 HELD = 2.0  # seconds the task's own writer holds its row
+OTHERS = "foreign-lock-"  # the slugs of the tenants these tests make
 
 
 def _another_tenant(task: Task) -> Caller:
-    other = Tenant.objects.create(slug=f"other-{uuid.uuid4().hex[:8]}", name="Other")
+    other = Tenant.objects.create(slug=f"{OTHERS}{uuid.uuid4().hex[:8]}", name="Other")
     agent = Agent.objects.create(tenant=other, slug="echo", name="Echo", handler="echo")
     return Caller(tenant=other, agent=agent, principal="client:other", sees_all=True)
 
@@ -57,7 +58,15 @@ def _follow_up(caller: Caller, task: Task) -> None:
 @pytest.mark.parametrize("write", [_cancel, _follow_up], ids=["cancel", "follow-up"])
 def test_a_write_to_a_busy_task_the_caller_may_not_see_is_refused_at_once(stored, whose, write):
     task, _ = running_turn(attempts=1, lease_seconds=60, state="input-required")
-    caller = whose(task)
+    try:
+        _refused_at_once(task, whose(task), write)
+    finally:
+        # Its turn "runs" with no worker: gone, it holds no later test's quota or wait.
+        task.delete()
+        Tenant.objects.filter(slug__startswith=OTHERS).delete()
+
+
+def _refused_at_once(task: Task, caller: Caller, write) -> None:
     locked = threading.Event()
 
     def hold_the_row() -> None:

@@ -180,6 +180,16 @@ if DATABASE_URL:
             _options.setdefault("keepalives_idle", _keepalives_idle)
             _options.setdefault("keepalives_interval", env_int("DB_KEEPALIVES_INTERVAL", 10))
             _options.setdefault("keepalives_count", env_int("DB_KEEPALIVES_COUNT", 3))
+        # The server's side of such a loss: a COMMIT that never arrived leaves its session idle in
+        # its transaction, holding its row locks (a task's, so its turn and every cancel wait), until
+        # the server's own keepalives end it (two hours by default). The server ends a session idle
+        # in a transaction that long instead; none of the platform's transactions waits between
+        # statements. 0: the server's setting. Behind a pooler that refuses startup options, set 0
+        # and put it on the role (ALTER ROLE ... SET idle_in_transaction_session_timeout).
+        _idle_in_transaction = env_float("DB_IDLE_IN_TRANSACTION_TIMEOUT", 60.0)
+        if _idle_in_transaction > 0 and "idle_in_transaction" not in _options.get("options", ""):
+            _setting = f"-c idle_in_transaction_session_timeout={int(_idle_in_transaction * 1000)}"
+            _options["options"] = f"{_options.get('options', '')} {_setting}".strip()
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
             "max_size": env_int("DB_POOL_MAX", 40),

@@ -123,8 +123,9 @@ def stored_after_all(row: Model, after_commit: list, *, session: int | None = No
     nothing to do if nothing was stored; nothing that may not be stored is
     published, readers find what was in the log), and CommitUnknown is raised.
     So too while that server process stays in its transaction throughout (a
-    COMMIT lost on its way; PostgreSQL ends such a session when its TCP
-    keepalives find the client gone). Behind a connection pooler the process
+    COMMIT lost on its way; the server ends such a session, rolling it back,
+    after DB_IDLE_IN_TRANSACTION_TIMEOUT, or when its TCP keepalives find the
+    client gone). Behind a connection pooler the process
     id the client is told is not the server process's (PgBouncer, in every
     mode): the row is looked for at once, or, where that id is a busy
     process's by chance, its outcome stays unknown.

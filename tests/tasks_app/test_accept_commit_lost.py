@@ -63,6 +63,9 @@ class CommitCutter:
     asked the store about it (a COMMIT still on its way, or slow to finish, as the web asks).
     "before": the connection is dropped and the COMMIT never reaches the server.
     "before, and away": so, and the database is away for 8 s as for "after, and away".
+    "held": the web's end drops and the COMMIT never reaches the server, which is not told either
+    (a partition): its session waits in its transaction, holding its locks, until the server ends
+    it (`ended` is set then).
     """
 
     def __init__(self, host: str, port: int):
@@ -76,6 +79,9 @@ class CommitCutter:
         self.cut = threading.Event()
         # Set when the web asks PostgreSQL whether the session that was committing is done.
         self.asked = threading.Event()
+        # "held": the server's end of the cut connection, and set once the server has closed it.
+        self.held: socket.socket | None = None
+        self.ended = threading.Event()
         self.lock = threading.Lock()
         self.sockets: list[socket.socket] = []
         self.clients: list[socket.socket] = []
@@ -88,6 +94,7 @@ class CommitCutter:
             self.marker = marker
             self.cut.clear()
             self.asked.clear()
+            self.ended.clear()
 
     def away(self, seconds: float) -> None:
         """The database goes away: every web connection drops, and no new one gets through for `seconds`."""
@@ -148,6 +155,12 @@ class CommitCutter:
                 time.sleep(1)  # the server reads the COMMIT and commits before it sees the drop
                 _drop(server)
                 return
+            if mode == "held":
+                muted.set()
+                self.held = server  # pump() sees the server end it
+                _drop(client)
+                self.cut.set()
+                return
             if mode in ("before", "before, and away"):
                 if mode == "before, and away":
                     self.away(8)
@@ -169,6 +182,8 @@ class CommitCutter:
                 target.sendall(chunk)
             except OSError:
                 return
+        if source is self.held:
+            self.ended.set()
         _drop(target)
 
     @staticmethod
@@ -190,11 +205,17 @@ def cut_web(server, db_settings, log_dir):
     """A web process whose database connections go through a CommitCutter; the session's worker runs turns.
 
     It waits a second for a connection (DB_POOL_TIMEOUT), so it gives up on an absent store within
-    the 8 s its look for a COMMIT's outcome takes.
+    the 8 s its look for a COMMIT's outcome takes. Its sessions are ended by the server once idle in a
+    transaction for 3 s (DB_IDLE_IN_TRANSACTION_TIMEOUT), within the 5 s that look lasts.
     """
     cutter = CommitCutter(db_settings.get("HOST") or "127.0.0.1", int(db_settings.get("PORT") or 5432))
     through = {**db_settings, "HOST": "127.0.0.1", "PORT": cutter.port}
-    web = start_web(through, log_dir, name="web-commit-cut", extra_env={"DB_POOL_TIMEOUT": "1"})
+    web = start_web(
+        through,
+        log_dir,
+        name="web-commit-cut",
+        extra_env={"DB_POOL_TIMEOUT": "1", "DB_IDLE_IN_TRANSACTION_TIMEOUT": "3"},
+    )
     yield web, cutter
     web.stop()
     cutter.close()
@@ -377,6 +398,29 @@ def test_an_operator_cancel_whose_commit_went_through_unanswered_is_done(cut_web
     assert response.json()["state"] == "canceled"
     assert _canceled_once(task_id)
     assert AuditEvent.objects.filter(action="task.cancel", target_id=task_id).count() == 1
+
+
+def test_a_cancel_whose_commit_was_lost_on_the_way_frees_its_task_and_says_nothing_was_stored(
+    cut_web, stored
+):
+    # A partition: the COMMIT never reaches the server, and the server is not told. Its session
+    # waits in its transaction holding the task's row, so the turn and every cancel would wait
+    # behind it until PostgreSQL's keepalives ended it (two hours by default). The server ends it
+    # once idle that long (DB_IDLE_IN_TRANSACTION_TIMEOUT), and the web, waiting for that session,
+    # then knows that nothing was stored.
+    response, task_id = _cancel_cut(cut_web, "held")
+
+    assert "nothing was stored" in _unavailable(response)
+    assert cut_web[1].ended.is_set(), "the server never ended the session holding the task"
+    assert not TaskEvent.objects.filter(
+        task_id=task_id, payload__statusUpdate__status__state="TASK_STATE_CANCELED"
+    ).exists()
+    # The task's row is free: the client's retry cancels it.
+    body = {"jsonrpc": "2.0", "id": 4, "method": "CancelTask", "params": {"id": task_id}}
+    response = httpx.post(cut_web[0].agent_url("clarify-cut"), json=body, headers=HEADERS, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert _canceled_once(task_id)
 
 
 def test_a_cancel_that_may_not_be_stored_does_not_stop_the_running_turn(cut_web, stored, tmp_path):

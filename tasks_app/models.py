@@ -115,6 +115,17 @@ class Task(models.Model):
     def is_message_exchange(self) -> bool:
         return self.reply == Task.Reply.MESSAGE
 
+    def become_task(self) -> bool:
+        """A task not shown to its caller yet (Reply.OPEN) is one for good from its first word that is
+        not a bare Message (a status, an artifact, a failure, a cancel); whether `reply` changed.
+
+        The in-memory half of the rule; services.task_reveal is its conditional UPDATE.
+        """
+        if self.reply != Task.Reply.OPEN:
+            return False
+        self.reply = Task.Reply.TASK
+        return True
+
 
 class DraftTaskAlias(models.Model):
     """The id a draft-dialect (0.1, tasks/send) client chose for a task it created.

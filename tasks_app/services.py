@@ -366,8 +366,7 @@ def _status_stored(task: Task, state: str) -> list[TaskEvent]:
     task.status_message = None
     task.status_timestamp = timezone.now()
     fields = ["state", "status_message", "status_timestamp", "event_seq", "updated_at"]
-    if task.reply == Task.Reply.OPEN:
-        task.reply = Task.Reply.TASK  # not shown yet (a cancel before the agent's first word): a task now
+    if task.become_task():  # not shown yet (a cancel before the agent's first word)
         fields.append("reply")
     events = log_append(task, [(TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task)})])
     task.save(update_fields=fields)
@@ -381,7 +380,7 @@ def _dispatch_after_commit(task: Task, message: Message) -> None:
 
 
 def task_reveal(task: Task) -> None:
-    """The caller is about to be shown `task` as a task: from now on it stays one.
+    """The caller is about to be shown `task` as a task: from now on it stays one (Task.become_task).
 
     Only for a task whose agent has not spoken yet (Task.Reply.OPEN, its log
     holding only its Task): the agent's Message alone would otherwise make it a

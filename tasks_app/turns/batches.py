@@ -236,10 +236,8 @@ class BatchWriter:
                 self._status(event.status, None)
         else:
             raise InvalidAgentResponseError(message=f"Unknown event type {type(event).__name__}")
-        if self.task.reply == Task.Reply.OPEN and self.entries:
-            # The first word is not a bare Message (a status, an artifact, a failure): its caller is
-            # shown the task, which stays one, and ListTasks lists it.
-            self.task.reply = Task.Reply.TASK
+        if self.entries and self.task.become_task():
+            # The first word is not a bare Message: its caller is shown the task, and ListTasks lists it.
             self.fields.add("reply")
 
     def _answers_as_message(self) -> bool:

@@ -84,13 +84,13 @@ class Task(models.Model):
     owner = models.CharField(max_length=255, default="anonymous")
     # Sequence number of the last TaskEvent; the next event gets event_seq + 1.
     event_seq = models.PositiveIntegerField(default=0)
+    # How many push configs the task has, kept by their create and delete under the task's lock: a
+    # batch's locking read has it as the lock found it (a subquery there would read it as it was
+    # when the statement began, missing a config stored while the batch waited for the lock).
+    push_config_count = models.PositiveSmallIntegerField(default=0)
     reply = models.CharField(max_length=10, choices=Reply.choices, default=Reply.TASK)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-
-    # Not a column: whether the task had push configs when its row was locked
-    # (tasks_app.turns.lock_task reads it with the row); None when not known.
-    has_push_configs: bool | None = None
 
     class Meta:
         indexes = [
@@ -116,10 +116,12 @@ class Task(models.Model):
         return self.reply == Task.Reply.MESSAGE
 
     def become_task(self) -> bool:
-        """A task not shown to its caller yet (Reply.OPEN) is one for good from its first word that is
-        not a bare Message (a status, an artifact, a failure, a cancel); whether `reply` changed.
+        """Make a task not shown to its caller yet (Reply.OPEN) a task for good; whether `reply` changed.
 
-        The in-memory half of the rule; services.task_reveal is its conditional UPDATE.
+        Called for a stored word that is not a bare Message (a status, an artifact,
+        a failure, a cancel): only a bare Message can make an OPEN task a message
+        exchange. The row is saved by the caller; services.task_reveal does the
+        same with a conditional UPDATE.
         """
         if self.reply != Task.Reply.OPEN:
             return False

@@ -30,7 +30,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
@@ -128,7 +128,14 @@ def push_config_save(task: Task, cleaned: PushConfigInput) -> tuple[PushConfig, 
     created = PushConfig.objects.create(
         tenant_id=task.tenant_id, task=task, config_id=cleaned.config_id or str(uuid.uuid4()), **fields
     )
+    _count_configs(task, +1)
     return created, True
+
+
+def _count_configs(task: Task, change: int) -> None:
+    """Add `change` to a locked task's count of configs (Task.push_config_count)."""
+    Task.objects.filter(pk=task.pk).update(push_config_count=F("push_config_count") + change)
+    task.push_config_count += change
 
 
 def push_config_dict(config: PushConfig) -> dict:
@@ -199,19 +206,33 @@ def _decode_page_token(token: str) -> int:
 
 
 def push_config_delete(caller: Caller, task_id: str, config_id: str) -> None:
-    """DeleteTaskPushNotificationConfig. Idempotent: deleting a missing config succeeds."""
-    task = _caller_task(caller, task_id)
-    PushConfig.objects.filter(task=task, config_id=config_id).delete()
+    """DeleteTaskPushNotificationConfig. Idempotent: deleting a missing config succeeds.
+
+    Under the task's lock, as a batch queues deliveries (push_deliveries_queue),
+    then the config's: a retry being queued for it (_record) either goes first
+    and is deleted with it, or finds it gone. Otherwise a delivery row stored
+    meanwhile failed the transaction that deleted its config, or the other one.
+    """
+    with transaction.atomic():
+        task = _caller_task(caller, task_id, for_update=True)
+        config_pks = list(
+            PushConfig.objects.select_for_update()
+            .filter(task=task, config_id=config_id)
+            .values_list("pk", flat=True)
+        )
+        if config_pks:
+            PushConfig.objects.filter(pk__in=config_pks).delete()
+            _count_configs(task, -len(config_pks))
 
 
 # --- Delivery ---------------------------------------------------------------------
 def push_deliveries_queue(task: Task, events: list[TaskEvent]) -> None:
     """Queue events for every push config of their task, inside the transaction that logs them.
 
-    One indexed query for a task without configs, none when the task's lock
-    said it has none; jobs are enqueued after commit.
+    No query for a task without configs (Task.push_config_count, read with its
+    lock); jobs are enqueued after commit.
     """
-    if task.has_push_configs is False or not events:
+    if not task.push_config_count or not events:
         return
     # Hand-written (tenants/sql.py): most batches of most turns ask this.
     config_pks = [
@@ -390,6 +411,10 @@ def _record(delivery: PushDelivery, code: int | None, error: str) -> bool:
     delay = push_retry_delay(delivery.attempt)
     try:
         with transaction.atomic():
+            # The config's row first, as push_config_delete locks it before deleting its deliveries:
+            # then either the retry is stored and deleted with it, or the config is found gone.
+            if not PushConfig.objects.select_for_update().filter(pk=delivery.config_id).values_list("pk"):
+                return False
             # Zero rows: the config was deleted, or a lost-lease takeover owns this attempt now.
             if not mine.update(status=PushDelivery.Status.FAILED, **outcome):
                 return False

@@ -35,7 +35,6 @@ from tasks_app.models import (
     TERMINAL_STATES,
     Context,
     Message,
-    PushConfig,
     Task,
 )
 from tenants import sql
@@ -284,7 +283,7 @@ def owned_turn_statement(
 
 
 def lock_task(task_pk) -> Task:
-    """The task, with its context and has_push_configs, its row locked for the rest of the transaction.
+    """The task, with its context, its row locked for the rest of the transaction.
 
     Hand-written SQL (tenants/sql.py): every batch of every turn starts here.
     """
@@ -293,8 +292,7 @@ def lock_task(task_pk) -> Task:
     # write transactions (IMMEDIATE) run one at a time.
     lock = " FOR UPDATE OF t" if connection.features.has_select_for_update_of else ""
     row = sql.fetch_one(
-        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')}, "
-        f"EXISTS (SELECT 1 FROM {sql.table(PushConfig)} p WHERE p.task_id = t.id) "
+        f"SELECT {sql.columns(Task, 't')}, {sql.columns(Context, 'c')} "
         f"FROM {sql.table(Task)} t JOIN {sql.table(Context)} c ON c.id = t.context_id WHERE t.id = %s{lock}",
         [sql.prep(Task, "id", task_pk)],
     )
@@ -302,5 +300,4 @@ def lock_task(task_pk) -> Task:
         raise Task.DoesNotExist(f"Task {task_pk} does not exist")
     task, context = sql.hydrate_all(row, Task, Context)
     task.context = context
-    task.has_push_configs = bool(row[-1])
     return task

@@ -184,12 +184,16 @@ if DATABASE_URL:
         # its transaction, holding its row locks (a task's, so its turn and every cancel wait), until
         # the server's own keepalives end it (two hours by default). The server ends a session idle
         # in a transaction that long instead; none of the platform's transactions waits between
-        # statements. 0: the server's setting. Behind a pooler that refuses startup options, set 0
-        # and put it on the role (ALTER ROLE ... SET idle_in_transaction_session_timeout).
+        # statements. 0: the server's setting. It goes in libpq's `options`, after PGOPTIONS (which
+        # libpq reads only without them) and any given in DATABASE_URL; one named there wins.
+        # PgBouncer refuses a `-c` it does not track (or, told to ignore `options`, drops it): behind
+        # one set 0 and put it on the role (ALTER ROLE ... SET idle_in_transaction_session_timeout).
         _idle_in_transaction = env_float("DB_IDLE_IN_TRANSACTION_TIMEOUT", 60.0)
-        if _idle_in_transaction > 0 and "idle_in_transaction" not in _options.get("options", ""):
-            _setting = f"-c idle_in_transaction_session_timeout={int(_idle_in_transaction * 1000)}"
-            _options["options"] = f"{_options.get('options', '')} {_setting}".strip()
+        _given = " ".join(filter(None, [os.environ.get("PGOPTIONS", ""), _options.get("options", "")]))
+        if _idle_in_transaction > 0 and "idle_in_transaction" not in _given:
+            # In milliseconds, which PostgreSQL takes up to 2^31 - 1 (24.8 days).
+            _milliseconds = min(int(_idle_in_transaction * 1000), 2**31 - 1)
+            _options["options"] = f"{_given} -c idle_in_transaction_session_timeout={_milliseconds}".strip()
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": env_int("DB_POOL_MIN", 2),
             "max_size": env_int("DB_POOL_MAX", 40),

@@ -53,6 +53,7 @@ class CommitCutter:
         self.marker = ACCEPT
         # Until then (time.monotonic()) new connections are dropped at once: the database is away.
         self.refuse_until = 0.0
+        self.closed = False
         self.cut = threading.Event()
         # Set when the web asks PostgreSQL whether the session that was committing is done.
         self.asked = threading.Event()
@@ -91,6 +92,10 @@ class CommitCutter:
                 continue
             server = socket.create_connection(self.upstream)
             with self.lock:
+                if self.closed:  # taken as close() ran
+                    _drop(client)
+                    _drop(server)
+                    return
                 if time.monotonic() < self.refuse_until:  # it went away while this one connected
                     _drop(client)
                     _drop(server)
@@ -171,7 +176,9 @@ class CommitCutter:
             return b""
 
     def close(self) -> None:
-        self.listener.close()
+        """Stop taking connections (a shut-down listener wakes the thread in accept()) and drop every one."""
         with self.lock:
+            self.closed = True
             for sock in self.sockets:
                 _drop(sock)
+        _drop(self.listener)

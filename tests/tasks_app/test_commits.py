@@ -32,18 +32,21 @@ def test_a_rolled_back_cancel_entry_is_not_taken_for_the_entry_stored_after_it_i
     # the cancel would be answered as done, and its agent's cancel() and webhooks run.
     task, _ = running_turn(attempts=1, lease_seconds=600)
     try:
-        canceled = None
-        try:
-            with transaction.atomic():
-                canceled = _entry(task, 2, "TASK_STATE_CANCELED")
-                raise RolledBack
-        except RolledBack:
-            pass
-        working = _entry(task, 2, "TASK_STATE_WORKING")
+        # One transaction around both, so that no other writer's row comes in between (on SQLite
+        # the embedded server's threads write too): the cancel's entry is rolled back to a savepoint.
+        with transaction.atomic():
+            canceled = None
+            try:
+                with transaction.atomic():
+                    canceled = _entry(task, 2, "TASK_STATE_CANCELED")
+                    raise RolledBack
+            except RolledBack:
+                pass
+            working = _entry(task, 2, "TASK_STATE_WORKING")
         if not SERVICES_MODE:
             assert working.pk == canceled.pk  # what makes the id alone no proof (PostgreSQL never reuses one)
 
         assert stored_after_all(canceled, [], **_same(canceled)) is False
         assert stored_after_all(working, [], **_same(working)) is True
     finally:
-        task.delete()
+        task.context.delete()  # and the task with it

@@ -239,11 +239,13 @@ def live_events(message: dict | None) -> list[tuple[int, dict]]:
 
 
 async def follow(
-    task_pk, after_seq: int, *, heartbeat: float | None = None
+    task_pk, after_seq: int, *, heartbeat: float | None = None, keep_open_through: int = 0
 ) -> AsyncIterator[tuple[int, dict] | object]:
     """Yield (seq, payload) for every event after after_seq, stored then live.
 
-    Stops after an event that closes a stream, and when the log has nothing
+    Stops after an event that closes a stream (not one at or before
+    `keep_open_through`: a follow-up's stream replays its task's earlier turns,
+    which ended waiting for it), and when the log has nothing
     after the reader's position and the task is over (a reader that resumed
     after the final event, or a task that is gone). A task waiting for input
     keeps its reader on. Yields HEARTBEAT when nothing happened for
@@ -272,7 +274,7 @@ async def follow(
                 for seq, payload in events:
                     last, quiet_since = seq, loop.time()
                     yield seq, payload
-                    if closes_stream(payload):
+                    if seq > keep_open_through and closes_stream(payload):
                         return
                 if not events and (state is None or state in TERMINAL_STATES):
                     return
@@ -294,7 +296,7 @@ async def follow(
                     break
                 last, quiet_since = seq, loop.time()
                 yield last, payload
-                if closes_stream(payload):
+                if last > keep_open_through and closes_stream(payload):
                     return
     finally:
         await feed.close()

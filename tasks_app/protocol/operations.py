@@ -154,7 +154,14 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
             logger.warning("Reading task %s: the database is unavailable (%r)", outcome.task.pk, exc)
             log_end = outcome.task.event_seq
         if call.last_event_id <= log_end:
-            return _stream(outcome.task.pk, after=call.last_event_id, snapshot=False)
+            # The entries up to the message's are its task's earlier turns: the one before it
+            # ended waiting for this message, which must not end this stream.
+            return _stream(
+                outcome.task.pk,
+                after=call.last_event_id,
+                snapshot=False,
+                keep_open_through=outcome.seq_before,
+            )
         if outcome.duplicate:
             # A resent message resuming from an id its stream never sent.
             raise _beyond_log(call.last_event_id, log_end)
@@ -230,8 +237,11 @@ async def _stream(
     first: tuple[int, dict] | None = None,
     hold_first: bool = False,
     accepted: SendOutcome | None = None,
+    keep_open_through: int = 0,
 ) -> AsyncIterator:
     """The task's events as (seq, payload), after `after`: the log, then live.
+
+    keep_open_through: as for events.follow.
 
     snapshot: first the task as it is now (`after` is then its log position).
     first: the log entry at `after`, already in hand (a new task's Task).
@@ -264,7 +274,7 @@ async def _stream(
             held = first
         else:
             yield first
-    async for item in follow(task_pk, after):
+    async for item in follow(task_pk, after, keep_open_through=keep_open_through):
         if item is HEARTBEAT:
             yield item
             continue

@@ -16,6 +16,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.types import SubscribeToTaskRequest
 from a2a.utils.errors import InvalidParamsError
 
+from tasks_app.events import payload_state
 from tasks_app.models import Task
 from tests.conftest import user_message
 from tests.sse import read_events, stream
@@ -219,6 +220,26 @@ def test_a_new_streaming_send_with_a_last_event_id_streams_its_new_task_from_the
         assert "task" in seen[0]["data"]["result"], seen[0]
         assert seen[0]["id"] == "1"
         assert seen[-1]["data"]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_a_streaming_follow_up_resuming_from_before_the_question_streams_its_own_turn(server, rpc):
+    # A client resuming its task's stream with the follow-up (Last-Event-ID from before the
+    # agent's question) gets what it missed, the question included, and then its answer's turn:
+    # the question must not end the stream (it did, before the turn began).
+    asking = rpc("SendMessage", user_message("Plan it", f"edge-{uuid.uuid4()}"), agent="clarify")
+    task = asking["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    asked = Task.objects.values_list("event_seq", flat=True).get(pk=task["id"])
+    params = user_message("For me", f"edge-{uuid.uuid4()}", taskId=task["id"])
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+    with stream(server.agent_url("clarify"), body, headers={"Last-Event-ID": "1"}) as response:
+        seen = list(read_events(response))
+
+    ids = [int(event["id"]) for event in seen]
+    assert ids == list(range(2, ids[-1] + 1)) and ids[-1] > asked, ids
+    states = [payload_state(event["data"]["result"]) for event in seen]
+    assert "input-required" in states
+    assert states[-1] == "completed", states
 
 
 def test_a_retried_streaming_send_beyond_the_log_is_invalid_params(server):

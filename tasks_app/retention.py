@@ -1,11 +1,12 @@
 """Retention: deletes finished tasks older than their tenant's retention period.
 
 A tenant with retention_days set keeps a terminal task (completed, failed,
-canceled, rejected) for that many days after its last update; then the task
-goes with everything that hangs off it: messages, artifacts, its event log,
-push configs and their delivery records, a draft client's alias. Tasks that
-are not terminal are never touched, however old; contexts stay (another task
-may still use one).
+canceled, rejected) for that many days after its last update, and until its
+webhook deliveries are all sent or given up; then the task goes with
+everything that hangs off it: messages, artifacts, its event log, push
+configs and their delivery records, a draft client's alias. Tasks that are
+not terminal are never touched, however old; contexts stay (another task may
+still use one).
 
 Runs every A2A_RETENTION_INTERVAL seconds: scheduled by beat in services
 mode, by a thread of `manage.py serve` embedded. It deletes in batches of
@@ -19,6 +20,7 @@ import time
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -40,11 +42,19 @@ RETENTION_MAX_BATCHES = 200
 
 
 def expired_tasks(tenant: Tenant, now=None):
-    """The tenant's terminal tasks whose last update is older than its retention period."""
+    """The tenant's terminal tasks whose last update is older than its retention period.
+
+    Not one with a webhook delivery still to send (a receiver down for days, a
+    long backlog): it goes once every event was sent or given up. Nor then can a
+    retry being queued for it (push._record) fail the batch deleting it.
+    """
     if tenant.retention_days is None:
         return Task.objects.none()
     cutoff = (now or timezone.now()) - timedelta(days=tenant.retention_days)
-    return Task.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, updated_at__lt=cutoff)
+    unsent = PushDelivery.objects.filter(config__task_id=OuterRef("pk"), status__in=PushDelivery.OPEN)
+    return Task.objects.filter(tenant=tenant, state__in=TERMINAL_STATES, updated_at__lt=cutoff).exclude(
+        Exists(unsent)
+    )
 
 
 def _delete_batch(tenant: Tenant, now, batch: int) -> int:

@@ -118,6 +118,22 @@ def test_it_deletes_exactly_the_old_terminal_tasks_with_their_children(server, s
     assert retention_sweep(tenant=tenant)["deleted"] == {}
 
 
+def test_a_task_with_a_webhook_delivery_still_to_send_is_kept_until_it_is_sent(server, stored):
+    # Retention must not drop events its webhook has not had yet (a receiver down for days).
+    tenant = make_tenant(retention_days=1)
+    task = send(server, tenant)
+    with_push_records(task)
+    delivery = PushDelivery.objects.get(config__task=task)
+    PushDelivery.objects.filter(pk=delivery.pk).update(status=PushDelivery.Status.RETRYING)
+    age(task, 2)
+
+    assert retention_sweep(tenant=tenant)["deleted"] == {}
+    assert Task.objects.filter(pk=task.pk).exists()
+    PushDelivery.objects.filter(pk=delivery.pk).update(status=PushDelivery.Status.GIVEN_UP)
+    assert retention_sweep(tenant=tenant)["deleted"] == {tenant.slug: 1}
+    assert set(children(task.pk).values()) == {0}
+
+
 def test_a_run_stops_after_its_batch_budget_and_the_next_goes_on(server, stored):
     tenant = make_tenant(retention_days=1)
     tasks = [send(server, tenant) for _ in range(3)]

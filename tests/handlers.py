@@ -162,6 +162,40 @@ class AskThenGateExecutor(AgentExecutor):
         return None
 
 
+def cancels_file(task_id: str):
+    """Where AskThenLingerExecutor notes each cancel() its task's agent gets, one line each."""
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.gettempdir()) / f"a2a-test-cancels-{task_id}"
+
+
+class AskThenLingerExecutor(AgentExecutor):
+    """Asks for input after a second, then runs on (closing a client, say) until the file its message names
+    exists. The turn's watcher listens by then, and its next renewal (which stops the execution
+    once the turn is closed) comes up to a heartbeat after the question."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        import asyncio
+        from pathlib import Path
+
+        from a2a.helpers import new_text_message
+
+        task = context.current_task
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        gate = Path(context.get_user_input())
+        await asyncio.sleep(1.0)
+        await updater.requires_input(new_text_message("Which way?"))
+        for _ in range(300):
+            if gate.exists():
+                break
+            await asyncio.sleep(0.1)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        with cancels_file(context.task_id).open("a") as noted:
+            noted.write("cancel()\n")
+
+
 class OpenGatedReplyExecutor(GatedReplyExecutor):
     """GatedReplyExecutor without answers_with_task: its task is not shown before its Message,
     which makes the exchange a message exchange (the resent-stream tests)."""

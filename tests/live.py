@@ -30,7 +30,8 @@ TEST_HANDLERS = (
     "cancelled-inside=tests.handlers.CancelledInsideExecutor,ask-then-gate=tests.handlers.AskThenGateExecutor,"
     "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor,"
     "replier=tests.handlers.MessageReplyExecutor,gated=tests.handlers.GatedReplyExecutor,"
-    "gated-open=tests.handlers.OpenGatedReplyExecutor,ticker=tests.handlers.TickerExecutor"
+    "gated-open=tests.handlers.OpenGatedReplyExecutor,ticker=tests.handlers.TickerExecutor,"
+    "ask-then-linger=tests.handlers.AskThenLingerExecutor"
 )
 # A queue of this test session's own: a stray worker elsewhere never takes its turns.
 TEST_QUEUE = f"a2a-test-{os.getpid()}"

@@ -141,9 +141,12 @@ async def turn_drive(task_pk, message_pk: int) -> None:
             elif reason == TIMED_OUT:
                 error = TurnTimedOut(f"the turn ran longer than the agent's limit of {turn.timeout:g} s")
             else:
-                # Give the executor its chance to clean up; its events are not stored.
                 cancel_given = True
-                await cancel_agent(task_pk, executor, timeout=STOP_TIMEOUT)
+                # Give the executor its chance to clean up; its events are not stored. Unless the
+                # agent's own last batch had closed the turn (it asked for input, and went on
+                # running): the cancel found no turn running, and sent cancel() itself.
+                if not queue.finished:
+                    await cancel_agent(task_pk, executor, timeout=STOP_TIMEOUT)
     except HandlerNotAvailable as exc:
         error = exc
     except Exception as exc:

@@ -46,6 +46,12 @@ COMMIT_UNKNOWN = (
     "The task store (database) went away as the message was being stored, and it may have been. "
     "Retry later with the same Idempotency-Key to have it stored once."
 )
+# The same without a key, whose retry could not be matched to this message.
+COMMIT_UNKNOWN_WITHOUT_KEY = (
+    "The task store (database) went away as the message was being stored, and it may have been. "
+    "Look for it (GetTask, or ListTasks by its contextId) once the store is back, before sending it "
+    "again: sent again, it is stored again. An Idempotency-Key makes such a retry safe."
+)
 
 
 def _history_length(request) -> int | None:
@@ -128,13 +134,19 @@ async def _accept(
         return await db(_resolved_send, send, call, request, checks, **options)
     except UNAVAILABLE_ERRORS as exc:
         logger.warning("SendMessage refused, the database is unavailable: %r", exc)
-        raise StoreUnavailable(COMMIT_UNKNOWN if isinstance(exc, CommitUnknown) else None) from None
+        raise StoreUnavailable() from None
 
 
 def _resolved_send(send, call, request: pb.SendMessageRequest, checks, **options) -> tuple[Call, SendOutcome]:
     call = call.resolve()
     checks(call, request)
-    return call, send(call.caller, request, idempotency_key=call.idempotency_key, **options)
+    try:
+        return call, send(call.caller, request, idempotency_key=call.idempotency_key, **options)
+    except CommitUnknown as exc:
+        logger.warning("SendMessage may have been stored, the database went away as it committed: %r", exc)
+        raise StoreUnavailable(
+            COMMIT_UNKNOWN if call.idempotency_key else COMMIT_UNKNOWN_WITHOUT_KEY
+        ) from None
 
 
 @takes_pending_call

@@ -140,9 +140,11 @@ def test_a_send_whose_commit_never_arrived_stored_nothing_and_says_so(cut_web, s
 def test_a_send_whose_commit_went_through_as_the_database_stayed_away_says_it_may_be_stored(cut_web, stored):
     response, message_id = _send_cut(cut_web, "after, and away")
 
-    # The web could not ask the store whether the COMMIT went through: it says it may have.
+    # The web could not ask the store whether the COMMIT went through: it says it may have. Sent
+    # without an Idempotency-Key, a retry would be stored again: it says to look for it first.
     said = _unavailable(response)
     assert "it may have been" in said and "nothing was stored" not in said
+    assert "Look for it" in said and "same Idempotency-Key" not in said
     # It was, and its turn was dispatched all the same: the task runs to its end.
     stored_message = Message.objects.get(message_id=message_id)
     deadline = time.monotonic() + 30

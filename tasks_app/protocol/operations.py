@@ -226,8 +226,14 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
         raise UnsupportedOperationError(
             message=f"Task {task.id} is in a terminal state; nothing to subscribe to"
         )
+    # The task as it is now, read before the stream starts: a store that fails this read (or the
+    # task gone since) is answered as an error, not as a stream cut right after its 200.
+    try:
+        now = await db(send_answer_at, task.pk)
+    except Task.DoesNotExist:
+        raise TaskNotFoundError() from None
     # A subscriber to a task waiting for input stays on until the task moves on.
-    return _stream(task.pk, after=None, snapshot=True, wait_past_interruption=True)
+    return _stream(task.pk, after=None, snapshot=True, wait_past_interruption=True, read=now)
 
 
 def _log_end(task_pk) -> int:
@@ -250,10 +256,12 @@ async def _stream(
     hold_first: bool = False,
     accepted: SendOutcome | None = None,
     keep_open_through: int = 0,
+    read: tuple[int, dict] | None = None,
 ) -> AsyncIterator:
     """The task's events as (seq, payload), after `after`: the log, then live.
 
     keep_open_through: as for events.follow.
+    read: the snapshot (send_answer_at), read already.
 
     snapshot: first the task as it is now (`after` is then its log position).
     first: the log entry at `after`, already in hand (a new task's Task).
@@ -265,7 +273,7 @@ async def _stream(
         # The spec wants the current Task first; its id is the log position it reflects.
         # (A retried send of a message exchange gets the agent's Message, the whole answer.)
         try:
-            after, current = await db(send_answer_at, task_pk)
+            after, current = read or await db(send_answer_at, task_pk)
         except UNAVAILABLE_ERRORS as exc:
             if accepted is None:
                 raise

@@ -14,10 +14,15 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.types import SubscribeToTaskRequest
+from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
+from django.db import OperationalError
 
+from tasks_app.access import Caller
 from tasks_app.events import payload_state
 from tasks_app.models import Task
+from tasks_app.protocol import operations
+from tasks_app.protocol.call import Call
 from tests.conftest import user_message
 from tests.sse import read_events, stream
 
@@ -276,6 +281,24 @@ def test_a_resubscriber_waits_through_input_required_and_a_reconnect_after_the_e
 
     response = _subscribe(server, "jsonrpc", "clarify", task["id"], resumed[-1]["id"])
     assert response.status_code == 200 and _sse_events(response) == []
+
+
+def test_a_subscription_whose_first_read_fails_is_refused_before_it_streams(rpc, stored, monkeypatch):
+    # The snapshot a subscription starts with is read before the stream is answered: a store
+    # that fails then is a 503 (or, the task deleted meanwhile, TaskNotFound), not a 200 whose
+    # stream is cut before its first event.
+    task = rpc("SendMessage", user_message("Plan it", f"edge-{uuid.uuid4()}"), agent="clarify")["result"][
+        "task"
+    ]
+    found = Task.objects.select_related("tenant", "agent").get(pk=task["id"])
+    call = Call(caller=Caller(tenant=found.tenant, agent=found.agent, principal=found.owner))
+
+    def unreachable(task_pk):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(operations, "send_answer_at", unreachable)
+    with pytest.raises(OperationalError):
+        asyncio.run(operations.subscribe_to_task(call, pb.SubscribeToTaskRequest(id=task["id"])))
 
 
 async def test_sdk_client_subscribing_past_the_log_gets_invalid_params(server, rpc, slow):

@@ -50,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 60
 # The 1.0 methods that start a turn; the older dialects' sends resolve their caller as these.
-SUBMIT_METHODS = frozenset({"SendMessage", "SendStreamingMessage"})
 # A full tenant cannot know when a turn ends; callers are told to try again after this.
 RUNNING_TURNS_RETRY_AFTER = 5
 # After Redis fails, skip it for this long instead of waiting on it in every request.
@@ -173,8 +172,8 @@ def running_turns(tenant: Tenant) -> int:
     return Message.objects.filter(tenant=tenant, turn__in=OPEN_TURNS).count()
 
 
-def _needs_check(tenant: Tenant, method: str) -> bool:
-    return bool(tenant.rate_limit_per_minute or (tenant.max_running_turns and method in SUBMIT_METHODS))
+def _needs_check(tenant: Tenant) -> bool:
+    return bool(tenant.rate_limit_per_minute)
 
 
 def _stored_send(caller: Caller, idempotency_key: str) -> bool:
@@ -190,12 +189,12 @@ def _stored_send(caller: Caller, idempotency_key: str) -> bool:
     ).exists()
 
 
-def quota_check(caller: Caller, method: str, source: str = "", *, idempotency_key: str = "") -> None:
-    """Raise QuotaExceeded if the request `method` of `caller` from address `source` is over a limit.
+def quota_check(caller: Caller, method: str, source: str = "") -> None:
+    """Raise QuotaExceeded if the request `method` of `caller` from address `source` is over its rate.
 
-    Counts the request against the caller's rate. Synchronous (Redis, the
-    database); async code calls quota_admit. `idempotency_key`: the send's, if it
-    has one.
+    Counts the request against the caller's rate. Synchronous (Redis); async
+    code calls quota_admit. The running-turns limit is a send's own to judge,
+    once its request is read (quota_turns_early, quota_turn_claim).
     """
     tenant = caller.tenant
     limit = tenant.rate_limit_per_minute
@@ -210,14 +209,21 @@ def quota_check(caller: Caller, method: str, source: str = "", *, idempotency_ke
                 retry_after=WINDOW_SECONDS - now % WINDOW_SECONDS,
                 limit=limit,
             )
-    most = tenant.max_running_turns
-    # Unlocked, so only early: quota_turn_claim decides, in the transaction that stores the send.
-    if (
-        most
-        and method in SUBMIT_METHODS
-        and running_turns(tenant) >= most
-        and not _stored_send(caller, idempotency_key)
-    ):
+
+
+def quota_turns_early(caller: Caller, idempotency_key: str = "") -> None:
+    """Refuse a send that would start a new task at a tenant that runs max_running_turns turns.
+
+    Unlocked, so only early: before the send opens a transaction, where it
+    would queue on the tenant's row with a database thread held;
+    quota_turn_claim decides, in that transaction. Called once the request
+    was checked, so a request that could never be stored hears why, not "retry
+    later". A send stored already under its Idempotency-Key goes on, to be
+    answered with its task. A follow-up's own checks (its task's state) come
+    first in the transaction, so it is left to quota_turn_claim.
+    """
+    most = caller.tenant.max_running_turns
+    if most and running_turns(caller.tenant) >= most and not _stored_send(caller, idempotency_key):
         _refuse_turn(most)
 
 
@@ -251,10 +257,10 @@ def _refuse_turn(most: int):
     )
 
 
-async def quota_admit(caller: Caller, method: str, source: str = "", *, idempotency_key: str = "") -> None:
-    """The bindings' entry point: quota_check, without a thread hop for a tenant with no limit."""
-    if _needs_check(caller.tenant, method):
-        await db(quota_check, caller, method, source, idempotency_key=idempotency_key)
+async def quota_admit(caller: Caller, method: str, source: str = "") -> None:
+    """The bindings' entry point: quota_check, without a thread hop for a tenant with no rate."""
+    if _needs_check(caller.tenant):
+        await db(quota_check, caller, method, source)
 
 
 @dataclass

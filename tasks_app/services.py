@@ -38,7 +38,7 @@ from tasks_app.protocol.convert import (
     task_dict,
 )
 from tasks_app.push import PushConfigInput, push_config_clean, push_config_save, push_deliveries_queue
-from tasks_app.quotas import quota_turn_claim
+from tasks_app.quotas import quota_turn_claim, quota_turns_early
 from tasks_app.selectors import snapshot_of, task_snapshot
 from tenants import sql
 
@@ -148,6 +148,9 @@ def message_send(
             with_task(outcome)
         return outcome, stored
 
+    if count_turn and not message.task_id:
+        # Before the transaction, once the request is known to be good (quotas.quota_turns_early).
+        quota_turns_early(caller, idempotency_key)
     return atomic_checked(write, same=("task_id", "message_id"))
 
 
@@ -186,6 +189,9 @@ def _send_stored(
             # its task was never saved and no turn is dispatched.
             transaction.set_rollback(True)
             return SendOutcome(task=previous.task, seq_before=previous.seq_before, duplicate=True), None
+    if message.task_id:
+        # Before the quota: a follow-up that can never be stored hears why, not "retry later".
+        _follow_up_check(task, message)
     if count_turn:
         # After the key: a send stored already is answered with its task, whatever the quota.
         quota_turn_claim(caller.tenant)
@@ -288,13 +294,8 @@ def _create_task(
     return snapshot, user_message
 
 
-def _continue_task(
-    caller: Caller,
-    task: Task,
-    message: pb.Message,
-    push_config: PushConfigInput | None,
-    decision: str | None = None,
-) -> tuple[int, Message]:
+def _follow_up_check(task: Task, message: pb.Message) -> None:
+    """Whether `message` may continue `task` (locked): its context, and the task waiting for input."""
     if message.context_id and message.context_id != task.context.context_id:
         raise InvalidParamsError(message="contextId does not match the task's context")
     if task.is_terminal:
@@ -305,6 +306,16 @@ def _continue_task(
         raise UnsupportedOperationError(
             message=f"Task {task.id} is not waiting for input (state {STATE_TO_PROTO_NAME[task.state]})"
         )
+
+
+def _continue_task(
+    caller: Caller,
+    task: Task,
+    message: pb.Message,
+    push_config: PushConfigInput | None,
+    decision: str | None = None,
+) -> tuple[int, Message]:
+    """Store a follow-up to a task that _follow_up_check let through."""
     seq_before = task.event_seq
     if push_config is not None:
         # A config sent with a follow-up message covers the task from this turn on.

@@ -134,7 +134,7 @@ class PendingCall(Pending):
             raise Refused(exc, agent) from None
         key = idempotency_key_value(self.idempotency_key)
         # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
-        quota_check(caller, self.method, self.peer, idempotency_key=key)
+        quota_check(caller, self.method, self.peer)
         return Call(caller=caller, base_url=self.base_url, idempotency_key=key)
 
 

@@ -121,7 +121,7 @@ async def call_for(request, agent: Agent, method: str) -> Call:
     # Judged after the caller: one who may not call hears that first, whatever the request says.
     key = idempotency_key(request) if method in SEND_METHODS else ""
     # REMOTE_ADDR: the peer, or behind trusted proxies the caller they name (a2a_platform/forwarded.py).
-    await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""), idempotency_key=key)
+    await quota_admit(caller, method, request.META.get("REMOTE_ADDR", ""))
     return _call(request, caller, key, method)
 
 
@@ -202,7 +202,7 @@ class PendingCall(Pending):
         except CALLER_REFUSED as exc:
             raise CallerRefused(agent, exc) from None
         key = idempotency_key(request) if method in SEND_METHODS else ""
-        quota_check(caller, method, request.META.get("REMOTE_ADDR", ""), idempotency_key=key)
+        quota_check(caller, method, request.META.get("REMOTE_ADDR", ""))
         return _call(request, caller, key, method)
 
 

@@ -17,7 +17,7 @@ from oauth2_provider.models import AccessToken, set_token_value
 from agents.models import Agent
 from tasks_app.access import Caller
 from tasks_app.models import Task
-from tasks_app.quotas import WINDOW_SECONDS, QuotaExceeded, quota_check
+from tasks_app.quotas import WINDOW_SECONDS, QuotaExceeded, quota_turns_early
 from tenants.models import Application, Tenant
 from tenants.services import oauth_client_create
 from tests.api.tenancy import new_message
@@ -271,16 +271,40 @@ def test_the_early_look_lets_through_only_a_keyed_send_whose_key_is_stored(serve
     first = rest_send(server.base_url, tenant, "slow", {"Idempotency-Key": key}, returnImmediately=True)
     assert first.status_code == 200, first.text
     caller = Caller(tenant=tenant, agent=Agent.objects.get(tenant=tenant, slug="slow"))
-    quota_check(caller, "SendMessage", idempotency_key=key)  # its task is answered again
+    quota_turns_early(caller, key)  # its task is answered again
     with pytest.raises(QuotaExceeded) as refused:
-        quota_check(caller, "SendMessage", idempotency_key=f"early-{uuid.uuid4()}")
+        quota_turns_early(caller, f"early-{uuid.uuid4()}")
     assert refused.value.reason == QuotaExceeded.RUNNING_TURNS
     with pytest.raises(QuotaExceeded):
-        quota_check(caller, "SendMessage")
+        quota_turns_early(caller)
     # The same key from another caller is not that caller's stored send.
     other = Caller(tenant=tenant, agent=caller.agent, principal="client:someone-else")
     with pytest.raises(QuotaExceeded):
-        quota_check(other, "SendMessage", idempotency_key=key)
+        quota_turns_early(other, key)
+
+
+def test_a_full_tenant_answers_a_send_that_could_never_be_stored_with_its_own_error(server, stored):
+    # "Too many running turns, retry later" (429) told a client to retry what no retry can store.
+    tenant = make_tenant(slow_seconds=10, max_running_turns=1)
+    done = rpc(server.base_url, tenant, "open", "SendMessage", new_message("done")).json()["result"]["task"]
+    assert rest_send(server.base_url, tenant, "slow", returnImmediately=True).status_code == 200  # full now
+
+    follow_up = new_message("more")
+    follow_up["message"]["taskId"] = done["id"]
+    answer = rpc(server.base_url, tenant, "open", "SendMessage", follow_up)
+    assert answer.json()["error"]["code"] == -32004, answer.text  # UnsupportedOperation: it is completed
+    unknown = new_message("more")
+    unknown["message"]["taskId"] = str(uuid.uuid4())
+    answer = rpc(server.base_url, tenant, "open", "SendMessage", unknown)
+    assert answer.json()["error"]["code"] == -32001, answer.text  # TaskNotFound
+    from_agent = new_message("hi")
+    from_agent["message"]["role"] = "ROLE_AGENT"
+    answer = rpc(server.base_url, tenant, "open", "SendMessage", from_agent)
+    assert answer.json()["error"]["code"] == -32602, answer.text
+    # A good new send is still refused.
+    refused = rpc(server.base_url, tenant, "open", "SendMessage", new_message("new"))
+    assert refused.status_code == 429
+    assert refused.json()["error"]["data"]["reason"] == "RUNNING_TURNS_EXCEEDED"
 
 
 @pytest.mark.skipif(not SERVICES_MODE, reason="the embedded default is one process")

@@ -3,7 +3,7 @@
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import TaskState
+from a2a.types import Part, TaskState
 
 
 class CrashingExecutor(AgentExecutor):
@@ -194,6 +194,29 @@ class AskThenLingerExecutor(AgentExecutor):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         with cancels_file(context.task_id).open("a") as noted:
             noted.write("cancel()\n")
+
+
+class UnstorableExecutor(AgentExecutor):
+    """Emits what the store cannot hold, as a remote agent might pass on: the message text says what.
+
+    "long-id": an artifact whose artifactId is 300 characters; "nul": an artifact whose text holds
+    a NUL; "nul-metadata": a status update whose metadata does.
+    """
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task = context.current_task
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        what = context.get_user_input()
+        if what == "nul-metadata":
+            await updater.update_status(TaskState.TASK_STATE_WORKING, metadata={"note": "a\x00b"})
+        else:
+            text = "a\x00b" if what == "nul" else "fine"
+            artifact_id = "x" * 300 if what == "long-id" else "out"
+            await updater.add_artifact([Part(text=text)], artifact_id=artifact_id, name="out")
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None
 
 
 class OpenGatedReplyExecutor(GatedReplyExecutor):

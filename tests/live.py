@@ -31,7 +31,7 @@ TEST_HANDLERS = (
     "stubborn=tests.handlers.StubbornExecutor,sleeper=tests.handlers.SleeperExecutor,"
     "replier=tests.handlers.MessageReplyExecutor,gated=tests.handlers.GatedReplyExecutor,"
     "gated-open=tests.handlers.OpenGatedReplyExecutor,ticker=tests.handlers.TickerExecutor,"
-    "ask-then-linger=tests.handlers.AskThenLingerExecutor"
+    "ask-then-linger=tests.handlers.AskThenLingerExecutor,unstorable=tests.handlers.UnstorableExecutor"
 )
 # A queue of this test session's own: a stray worker elsewhere never takes its turns.
 TEST_QUEUE = f"a2a-test-{os.getpid()}"

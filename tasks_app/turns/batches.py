@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from a2a.server.events import EventQueue
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import InvalidAgentResponseError
+from a2a.utils.errors import InvalidAgentResponseError, InvalidParamsError
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -26,6 +26,7 @@ from tasks_app.protocol.convert import (
     proto_to_dict,
     status_update_dict,
 )
+from tasks_app.protocol.validation import check_values
 from tasks_app.push import push_deliveries_queue
 from tasks_app.turns.lease import Turn, TurnAborted, lock_task, owned_turn_statement, retrying
 from tasks_app.turns.view import TaskView
@@ -276,6 +277,7 @@ class BatchWriter:
         task.state = state
         task.status_timestamp = timezone.now()
         if metadata:
+            _storable(metadata, "status update's metadata")
             # A status update's metadata is merged into the task's: the one place an
             # executor can keep state across turns (the a2a_proxy agent keeps its
             # remote task id here and reads it back from current_task.metadata).
@@ -286,7 +288,8 @@ class BatchWriter:
         self.entries.append((TaskEvent.Kind.STATUS, {"statusUpdate": status_update_dict(task, metadata)}))
 
     def _agent_message(self, message: pb.Message) -> Message:
-        data = proto_to_dict(message)
+        data = _storable(proto_to_dict(message), "message")
+        _not_longer(message.message_id, MESSAGE_ID_MAX, "message's messageId")
         stored = Message(
             tenant_id=self.task.tenant_id,
             task=self.task,
@@ -306,7 +309,9 @@ class BatchWriter:
         artifact_id = event.artifact.artifact_id
         if not artifact_id:
             raise InvalidAgentResponseError(message="Artifact without an artifactId")
-        chunk = proto_to_dict(event.artifact)
+        _not_longer(artifact_id, ARTIFACT_ID_MAX, "artifact's artifactId")
+        _not_longer(event.artifact.name, ARTIFACT_NAME_MAX, "artifact's name")
+        chunk = _storable(proto_to_dict(event.artifact), "artifact")
         stored = self._stored_artifact(artifact_id)
         if stored.turn != self.turn.message_pk:
             # The first change of this turn: remember what was there, for a re-run.
@@ -332,7 +337,7 @@ class BatchWriter:
         if event.last_chunk:
             update["lastChunk"] = True
         if event.HasField("metadata"):
-            update["metadata"] = proto_to_dict(event.metadata)
+            update["metadata"] = _storable(proto_to_dict(event.metadata), "artifact update's metadata")
         self.entries.append((TaskEvent.Kind.ARTIFACT, {"artifactUpdate": update}))
 
     def _stored_artifact(self, artifact_id: str) -> Artifact:
@@ -412,3 +417,28 @@ def _artifact_state(artifact: Artifact) -> dict:
         "chunk_count": artifact.chunk_count,
         "complete": artifact.complete,
     }
+
+
+# What the store holds of an agent's ids and names (the columns' lengths).
+MESSAGE_ID_MAX = Message._meta.get_field("message_id").max_length
+ARTIFACT_ID_MAX = Artifact._meta.get_field("artifact_id").max_length
+ARTIFACT_NAME_MAX = Artifact._meta.get_field("name").max_length
+
+
+def _storable(data: dict, what: str) -> dict:
+    """An agent's event content, if the store can hold it (no NUL, no unpaired surrogate, bounded nesting).
+
+    A remote agent (the a2a_proxy) passes on whatever its peer sent: refused
+    here, its turn fails saying why, not with the database's DataError.
+    """
+    try:
+        check_values(data)
+    except InvalidParamsError as exc:
+        reason = exc.message.removeprefix("Invalid params: ")
+        raise InvalidAgentResponseError(message=f"The agent's {what} cannot be stored: {reason}") from None
+    return data
+
+
+def _not_longer(value: str, most: int, what: str) -> None:
+    if len(value) > most:
+        raise InvalidAgentResponseError(message=f"The agent's {what} is longer than {most} characters")

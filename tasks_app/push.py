@@ -296,6 +296,7 @@ def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
         return None
     now = head.database_now
     claim = PushDelivery.objects.filter(pk=head.pk, status=head.status)
+    taken_over = {}
     if head.status == PushDelivery.Status.SENDING:
         # Its worker was lost mid-send, if it started PUSH_SENDING_LEASE ago: send it again (at
         # least once beats never). Judged on the clock started_at is written on (database_now):
@@ -305,12 +306,28 @@ def _claim_next(config_pk: int, seq: int | None) -> PushDelivery | None:
             started_at=head.started_at,
             started_at__lt=database_now() - timedelta(seconds=settings.PUSH_SENDING_LEASE),
         )
+        # The lost send counts as an attempt: a send that kills its worker every time (a reply
+        # that exhausts it, say) is given up at PUSH_MAX_ATTEMPTS, not tried for ever with the
+        # config's later events held behind it.
+        if head.attempt >= settings.PUSH_MAX_ATTEMPTS:
+            lost = {"error": "its worker was lost while sending it", "finished_at": database_now()}
+            if not claim.update(status=PushDelivery.Status.GIVEN_UP, **lost):
+                return None  # not lost, or another job gave it up and carries the chain on
+            metrics.push_attempt("given_up")
+            logger.warning(
+                "Push delivery %s#%s attempt %s lost its worker (giving up)",
+                config_pk,
+                head.seq,
+                head.attempt,
+            )
+            return _claim_next(config_pk, seq)
+        taken_over = {"attempt": F("attempt") + 1}
     elif head.not_before is not None and head.not_before > now:
         if head.seq == seq and head.status == PushDelivery.Status.RETRYING:
             # This is the retry's own job and it came early (clock skew): come back when due.
             push_dispatch(config_pk, seq, countdown=(head.not_before - now).total_seconds())
         return None  # otherwise the retry's own delayed job will come
-    if not claim.update(status=PushDelivery.Status.SENDING, started_at=database_now()):
+    if not claim.update(status=PushDelivery.Status.SENDING, started_at=database_now(), **taken_over):
         return None  # another job claimed it and carries the chain on
     return PushDelivery.objects.select_related("config", "event").get(pk=head.pk)
 

@@ -174,7 +174,9 @@ def test_no_statement_of_a_task_reads_the_other_tasks_of_its_agent(stored):
                     reads.append((rows, scan["Relation Name"], statement))
 
     _in_rollback(work)
-    assert len(ran) >= 20, ran
+    # The flow ran (19 statements besides the claim since a task's webhook count is a column of
+    # its row: the follow-up's log entry no longer asks for the task's configs).
+    assert len(ran) >= 19, ran
     assert {table for _, table, _ in reads} == TASK_TABLES
     too_many = [(rows, table, statement[:300]) for rows, table, statement in reads if rows > ROWS_READ_MAX]
     assert not too_many, too_many

@@ -163,9 +163,12 @@ def test_the_control_lane_pushes_while_every_turn_thread_is_busy(workserve, slow
         # thread; the second (WORKING) is stored by the turn, once both threads are busy.
         webhook = lambda: len(receiver.received(path, succeeded_only=True)) >= 2  # noqa: E731
         wait_for(webhook, "the webhook of WORKING", timeout=SLOW_TURN * 4)
-        delivered = PushDelivery.objects.filter(
+        # The receiver has it as soon as it answers; the worker records it just after.
+        succeeded = PushDelivery.objects.filter(
             config__task_id=pushed, seq__gte=2, status=PushDelivery.Status.SUCCEEDED
-        ).aggregate(first=Min("finished_at"))["first"]
+        )
+        wait_for(succeeded.exists, "the delivery of WORKING to be recorded", timeout=SLOW_TURN)
+        delivered = succeeded.aggregate(first=Min("finished_at"))["first"]
         wait_for(lambda: Task.objects.get(id=first).state == TaskState.COMPLETED, "the first turn to end")
         first_ended = Task.objects.get(id=first).updated_at
         assert delivered is not None and delivered < first_ended, (delivered, first_ended)

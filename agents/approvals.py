@@ -33,25 +33,34 @@ APPROVERS = (
 GRANTED, DENIED = "granted", "denied"
 GRANT_WORDS = {"approve", "approved", "yes", "grant", "granted", "allow", "allowed"}
 DENY_WORDS = {"deny", "denied", "no", "reject", "rejected", "decline", "declined"}
+# Words that may stand around a decision without changing it: "I approve this", "Yes, please".
+FILLER_WORDS = {"i", "we", "please", "it", "this", "that", "request"}
 
 
 def requested_decision(message: Message | None) -> str | None:
     """ "granted", "denied" or None: what one message asks for, whoever sent it.
 
     A structured answer (a data part `{"authorization": "granted" | "denied"}`)
-    wins over the text around it; otherwise the words decide. A reply with both
-    kinds of word ("no, approve") is unclear, not a decision. Whether the
-    decision counts is the platform's call (see the module docstring).
+    wins over the text around it. Otherwise the text decides only when it is a
+    decision and nothing more: every word a grant word, or every word a denial
+    word, give or take FILLER_WORDS ("Yes, approved.", "No. Denied."). Anything
+    more is no decision: "Do not approve this", "why would I approve?", "yes,
+    but first tell me what it deploys", "no, approve". A refusal is never read as
+    a grant. Whether the decision counts is the platform's call (see the module
+    docstring).
     """
     if message is None:
         return None
     for data in get_data_parts(message.parts):
         if isinstance(data, dict) and data.get(AUTHORIZATION_KEY) in (GRANTED, DENIED):
             return data[AUTHORIZATION_KEY]
-    words = set(re.findall(r"[a-z]+", get_message_text(message).lower()))
-    granted, denied = bool(words & GRANT_WORDS), bool(words & DENY_WORDS)
-    if granted != denied:
-        return GRANTED if granted else DENIED
+    words = [
+        word for word in re.findall(r"[a-z]+", get_message_text(message).lower()) if word not in FILLER_WORDS
+    ]
+    if words and all(word in GRANT_WORDS for word in words):
+        return GRANTED
+    if words and all(word in DENY_WORDS for word in words):
+        return DENIED
     return None
 
 

@@ -109,6 +109,22 @@ def test_a_client_with_a2a_approve_can_deny(trio, gate):
     assert status_text(denied) == f'Denied by payments approver: "{REQUEST}" was not carried out.'
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["Do not approve this", "not allowed", "why would I approve?", "Yes, first tell me what this deploys"],
+)
+def test_an_approvers_answer_that_is_not_plainly_a_decision_decides_nothing(trio, gate, text):
+    task = waiting(trio, trio.token("acme", ["a2a:invoke", "a2a:read"]))
+    answer = reply(task["id"], text)
+    still = a2a(trio, gate, "SendMessage", answer)["result"]["task"]
+    assert still["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert "neither an approval nor a denial" in status_text(still)
+    assert artifact_text(still) == ""
+    from tasks_app.models import Message
+
+    assert Message.objects.get(message_id=answer["message"]["messageId"]).approval is None
+
+
 def test_a2a_approve_does_not_let_a_client_approve_its_own_request(trio):
     # One client holds both rights: requesting and approving; its own request still needs someone else.
     both = trio.token("acme", ["a2a:invoke", "a2a:read", "a2a:approve"])

@@ -77,6 +77,7 @@ def message_send(
     task_pk: uuid.UUID | None = None,
     count_turn: bool = True,
     with_task: Callable[[SendOutcome], None] | None = None,
+    key_from_request: bool = False,
 ) -> SendOutcome:
     """Store a user message and queue the agent turn it starts.
 
@@ -120,6 +121,12 @@ def message_send(
 
     with_task(outcome): more to store with a new message, in its transaction
     (the draft dialect's alias of a task its client named); not for a repeat.
+
+    key_from_request: idempotency_key was made from the whole request by a dialect
+    with no key of its own (the draft: its retry is the same body). Its body is
+    not compared again, and a key met again on a follow-up whose task waits for
+    input once more is a new answer in the same words ("yes" twice), not a resend.
+    A resend of the message that created the task stays a resend.
     """
     message = request.message
     if message.role != pb.ROLE_USER:
@@ -127,9 +134,12 @@ def message_send(
     push_config = None
     if request.configuration.HasField("task_push_notification_config"):
         push_config = push_config_clean(request.configuration.task_push_notification_config)
-    body_hash = (
-        hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest() if idempotency_key else ""
-    )
+    if not idempotency_key:
+        body_hash = ""
+    elif key_from_request:
+        body_hash = hashlib.sha256(idempotency_key.encode()).hexdigest()
+    else:
+        body_hash = hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
 
     def write() -> tuple[SendOutcome, Message | None]:
         outcome, stored = _send_stored(
@@ -142,6 +152,7 @@ def message_send(
             decision=decision,
             task_pk=task_pk,
             count_turn=count_turn,
+            key_from_request=key_from_request,
         )
         outcome.message = stored
         if stored is not None and with_task is not None:
@@ -165,6 +176,7 @@ def _send_stored(
     decision: str | None,
     task_pk: uuid.UUID | None,
     count_turn: bool,
+    key_from_request: bool = False,
 ) -> tuple[SendOutcome, Message | None]:
     """message_send's writes, in its transaction: the outcome, and the user message (None for a repeat)."""
     message = request.message
@@ -183,7 +195,9 @@ def _send_stored(
         task = _new_task(caller, message, reply, task_pk)
     if idempotency_key:
         seq_before = task.event_seq if message.task_id else 0
-        previous = _key_claim(caller, idempotency_key, body_hash, task, seq_before)
+        previous = _key_claim(
+            caller, idempotency_key, body_hash, task, seq_before, answers_again=key_from_request
+        )
         if previous is not None:
             # A retry: roll back what this request made (a new context, say);
             # its task was never saved and no turn is dispatched.
@@ -203,10 +217,13 @@ def _send_stored(
 
 
 def _key_claim(
-    caller: Caller, key: str, body_hash: str, task: Task, seq_before: int
+    caller: Caller, key: str, body_hash: str, task: Task, seq_before: int, *, answers_again: bool = False
 ) -> IdempotencyKey | None:
     """Record that `key` stored a message to `task` after log entry `seq_before`; or answer
     the record of an earlier use of the key (its task, and where its message stood in the log).
+
+    answers_again: a key recorded for a follow-up to `task` (locked), which waits for
+    input again, is this message's now (message_send's key_from_request).
 
     The insert comes first: a concurrent request with the same key waits on the
     unique index until this transaction ends, then finds this record. A task's
@@ -238,6 +255,11 @@ def _key_claim(
                 message=f"Idempotency-Key '{key}' was already used with a different request; "
                 "send a new key with a new request"
             )
+        if answers_again and found.seq_before and found.task_id == task.pk and task.is_interrupted:
+            # The turn of the follow-up the key was made for has run, and asked again.
+            found.seq_before, found.created_at = seq_before, now
+            found.save(update_fields=["seq_before", "created_at"])
+            return None
         return found
     raise IdempotencyKeyReused(message=f"Idempotency-Key '{key}' is in use by a concurrent request; retry")
 

@@ -114,6 +114,33 @@ def server(db_settings, log_dir) -> Platform:
     server.stop()
 
 
+@pytest.fixture
+def demo_agent(stored):
+    """Create (or reconfigure) a public agent of the demo tenant; returns its slug.
+
+    Tests make their own agents rather than reconfigure the seeded ones, which
+    other test files rely on as seeded.
+    """
+    from agents.models import Agent
+    from tenants.models import Tenant
+
+    def make(slug: str, handler: str, config: dict | None = None) -> str:
+        Agent.objects.update_or_create(
+            tenant=Tenant.objects.get(slug="demo"),
+            slug=slug,
+            defaults={
+                "name": slug,
+                "handler": handler,
+                "config": config or {},
+                "visibility": Agent.Visibility.PUBLIC,
+                "enabled": True,
+            },
+        )
+        return slug
+
+    return make
+
+
 def rpc_to(
     platform,
     method: str,

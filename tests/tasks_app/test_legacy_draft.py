@@ -5,6 +5,8 @@ The request bodies are the seed article's examples, unchanged except for the URL
 
 import copy
 import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -117,10 +119,74 @@ def test_the_seed_send_completes_under_the_clients_task_id(server, stored):
     assert cancel["error"]["code"] == -32002
     assert "data" not in cancel["error"] or isinstance(cancel["error"]["data"], dict)
 
-    again = post(server, "tasks/send", SEED_SEND["params"], request_id="req-again")
-    assert again["error"]["code"] == -32004
+    # The seed's send once more (a client that never heard the answer): the task it stored, not a refusal.
+    again = post(server, "tasks/send", SEED_SEND["params"], request_id="req-again")["result"]
+    assert again["id"] == "task-2024-0715-001" and again["status"]["state"] == "completed"
+    assert again["artifacts"] == task["artifacts"]
     rows = Task.objects.filter(agent__slug="echo", draft_alias__client_task_id="task-2024-0715-001")
     assert rows.count() == 1
+    assert rows.get().messages.filter(role="user").count() == 1
+
+
+def test_a_resend_while_the_first_turn_runs_is_answered_when_that_turn_ends(
+    server, stored, demo_agent, tmp_path
+):
+    # The draft has no Idempotency-Key: a client that lost its connection sends the same body again.
+    agent = demo_agent("draft-gate", "ask-then-gate")
+    task_id = unique("draft-resend")
+    gate = tmp_path / "gate"
+    body = {"jsonrpc": "2.0", "id": "r-1", "method": "tasks/send", "params": text_send(task_id, str(gate))}
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(send_raw, server, body, agent)
+        deadline = time.monotonic() + 20
+        while not Task.objects.filter(draft_alias__client_task_id=task_id, state="working").exists():
+            assert time.monotonic() < deadline, "the first turn never started"
+            time.sleep(0.05)
+        second = pool.submit(send_raw, server, {**body, "id": "r-2"}, agent)
+        time.sleep(0.5)
+        # Not refused as a follow-up to a task that is not waiting for input: it waits for the turn.
+        assert not second.done(), second.result()
+        gate.touch()
+        answers = first.result(timeout=30)["result"], second.result(timeout=30)["result"]
+    for answer in answers:
+        assert answer["id"] == task_id and answer["status"]["state"] == "completed", answer
+    assert answers[0]["status"] == answers[1]["status"]
+    row = Task.objects.get(draft_alias__client_task_id=task_id)
+    assert row.messages.filter(role="user").count() == 1
+
+
+def test_a_resend_gets_its_task_and_the_same_answer_to_a_new_question_is_a_new_message(
+    server, stored, demo_agent, tmp_path
+):
+    agent = demo_agent("draft-gate", "ask-then-gate")
+    task_id = unique("draft-again")
+    create = text_send(task_id, "open a gate")
+    first = post(server, "tasks/send", create, agent=agent)["result"]
+    assert first["status"]["state"] == "input-required"
+    row = Task.objects.get(draft_alias__client_task_id=task_id)
+    # The creating send again: the task as it stands, not an answer to the agent's question.
+    again = post(server, "tasks/send", create, agent=agent, request_id="req-2")["result"]
+    assert again["id"] == task_id and again["status"]["state"] == "input-required"
+    assert row.messages.filter(role="user").count() == 1
+
+    # "yes" answers the question and the agent asks again: "yes" once more is the next answer.
+    for count in (2, 3):
+        answer = post(server, "tasks/send", text_send(task_id, "yes"), agent=agent)["result"]
+        assert answer["status"]["state"] == "input-required"
+        assert row.messages.filter(role="user").count() == count
+
+    gate = tmp_path / "gate"
+    gate.touch()
+    last = text_send(task_id, str(gate))
+    finished = post(server, "tasks/send", last, agent=agent)["result"]
+    assert finished["status"]["state"] == "completed"
+    # The answer that finished the task, sent again: that task, not "terminal state".
+    resent = post(server, "tasks/send", last, agent=agent, request_id="req-3")["result"]
+    assert resent["id"] == task_id and resent["status"] == finished["status"]
+    events = stream(server, "tasks/sendSubscribe", last, agent=agent)
+    assert events[-1]["data"]["result"]["status"]["state"] == "completed"
+    assert events[-1]["data"]["result"]["final"] is True
+    assert row.messages.filter(role="user").count() == 4
 
 
 def test_the_seed_send_subscribe_streams_status_and_artifact_events(server, stored):

@@ -2,7 +2,9 @@
 
 Draft clients name their tasks. An unknown `id` on tasks/send creates a task
 and a DraftTaskAlias with that id, in one transaction; a known one continues the task,
-which is how the draft answers input-required. Every answer shows the
+which is how the draft answers input-required. The draft has no Idempotency-Key,
+and its client retries with the same body: the body is the key (`_request_key`), so a
+resend is answered with the task it stored, not refused as a follow-up. Every answer shows the
 client's id, never our UUID. `sessionId` is the contextId. Parts are typed
 `type: text|file|data`; the `TextPart|FilePart|DataPart` spelling that
 circulates in examples is accepted too, and answered in kind (draft_shapes).
@@ -10,6 +12,9 @@ circulates in examples is accepted too, and answered in kind (draft_shapes).
 Answers to tasks/get, tasks/cancel and tasks/resubscribe use the spec's
 spelling: the spelling a task was created with is not stored.
 """
+
+import hashlib
+import json
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
@@ -45,6 +50,12 @@ from tasks_app.services import message_send
 ERROR_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003, -32004})
 
 
+def _request_key(params: dict) -> str:
+    """An Idempotency-Key for a draft send: its params, whose `id` names the task."""
+    body = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return "draft:" + hashlib.sha256(body.encode()).hexdigest()
+
+
 def _send_as(client_task_id: str):
     """message_send for a new task named by the client: the task and its alias commit together.
 
@@ -58,7 +69,9 @@ def _send_as(client_task_id: str):
             )
 
         # A draft client names its task: the answer is that task, whatever the agent says.
-        return message_send(caller, request, reply_as_message=False, with_task=alias, **options)
+        return message_send(
+            caller, request, reply_as_message=False, with_task=alias, key_from_request=True, **options
+        )
 
     return send
 
@@ -67,11 +80,11 @@ async def _send(ex: Exchange, streaming: bool):
     send = parse_send(ex.params)
     method = "SendStreamingMessage" if streaming else "SendMessage"
     call = await ex.call(method)
-    # A draft client names its task itself (its retry is the same id), and its
-    # messageIds are made up here per request: an Idempotency-Key cannot apply.
-    call.idempotency_key = ""
+    # A draft client names its task itself and has no Idempotency-Key; its messageIds are made
+    # up here per request. Its retry is the same body: that is the key, and no header counts.
+    call.idempotency_key = _request_key(ex.params)
     task = await db(find_task, call.caller, send.task_id)
-    options = {}
+    options = {"send": _send_keyed}
     if task is not None:
         # A known id: the message continues that task (the draft's input-required answer).
         ex.show_client_id(task)
@@ -90,6 +103,10 @@ async def _send(ex: Exchange, streaming: bool):
         converter = DraftEvents(display_id, send.spelling, known, replay_artifacts=False)
         return ex.stream(translated(result, converter.convert), event_name)
     return ex.result(draft_task(result["task"], display_id, send.spelling))
+
+
+def _send_keyed(caller, request, **options):
+    return message_send(caller, request, reply_as_message=False, key_from_request=True, **options)
 
 
 async def tasks_send(ex: Exchange):

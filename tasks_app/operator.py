@@ -31,24 +31,32 @@ class TaskConflict(Exception):
 
     `by` names whoever moved it on, when someone's message did: an operator's
     username, "the caller", or "" (nobody answered: it was canceled or failed).
+    `seen`: the task's last log entry when the operator looked (None: not known).
     """
 
-    def __init__(self, task: Task, message: str):
+    def __init__(self, task: Task, message: str, seen: int | None = None):
         self.task = task
-        self.by = _moved_on_by(task)
+        self.by = _moved_on_by(task, seen)
         super().__init__(f"{message}; it was answered by {self.by}" if self.by else message)
 
 
-def _moved_on_by(task: Task) -> str:
-    """Who sent the message that took the task out of its wait, if one did."""
-    newest = list(
-        Message.objects.filter(task=task, role=Message.Role.USER)
-        .order_by("-created_at", "-pk")
-        .values_list("sender", flat=True)[:2]
-    )
-    if len(newest) < 2:
-        return ""  # only the request that started the task: nobody answered it
-    sender = newest[0]
+def _moved_on_by(task: Task, seen: int | None) -> str:
+    """Who sent the message that took the task out of the wait the operator saw, if one did.
+
+    With `seen`, the first user message stored after that log entry; without it, the
+    newest user message, unless it is the request that started the task.
+    """
+    messages = Message.objects.filter(task=task, role=Message.Role.USER)
+    if seen is not None:
+        looked = TaskEvent.objects.filter(task=task, seq=seen).values_list("created_at", flat=True).first()
+        after = messages.filter(created_at__gt=looked) if looked else messages.none()
+        sender = after.order_by("created_at", "pk").values_list("sender", flat=True).first()
+    else:
+        newest = list(messages.order_by("-created_at", "-pk").values_list("sender", flat=True)[:2])
+        # Only the request that started the task: nobody answered it.
+        sender = newest[0] if len(newest) == 2 else None
+    if sender is None:
+        return ""
     if sender.startswith("user:"):
         return principal_names(task.tenant, [sender])[sender]
     return "the caller"
@@ -75,11 +83,20 @@ def _current(task: Task) -> Task:
     return get_task_for_tenant(task.tenant, str(task.pk), for_update=True) or task
 
 
-def _waiting(task: Task, state: str) -> Task:
-    """The locked, current task, if it still waits in `state`; TaskConflict if not."""
+def _waiting(task: Task, state: str, seen: int | None) -> Task:
+    """The locked, current task, if it still waits in `state` where the operator saw it; TaskConflict if not.
+
+    seen: the task's last log entry when the operator looked (the console's forms carry it).
+    A task that moved on since and asks again waits in the same state for another answer:
+    one written for the question before is not sent to it.
+    """
     current = _current(task)
     if current.state != state:
-        raise TaskConflict(current, f"The task is {current.state}, not {state}")
+        raise TaskConflict(current, f"The task is {current.state}, not {state}", seen)
+    if seen is not None and current.event_seq != seen:
+        raise TaskConflict(
+            current, f"The task moved on since (log entry {seen}, now {current.event_seq})", seen
+        )
     return current
 
 
@@ -117,11 +134,14 @@ def _audited(task: Task, user, action: str, details: dict | None = None) -> None
     )
 
 
-def operator_answer(task: Task, user, text: str) -> None:
-    """Answer an input-required task; TaskConflict if it is not (or no longer) waiting for input."""
+def operator_answer(task: Task, user, text: str, seen: int | None = None) -> None:
+    """Answer an input-required task; TaskConflict if it is not (or no longer) waiting for input.
+
+    seen: the task's last log entry when the operator read the question (see _waiting).
+    """
 
     def write() -> tuple[None, Message]:
-        current = _waiting(task, TaskState.INPUT_REQUIRED)
+        current = _waiting(task, TaskState.INPUT_REQUIRED, seen)
         stored = _send(current, user, [pb.Part(text=text)])
         _audited(current, user, "task.answer", details={"text": text[:500]})
         return None, stored
@@ -129,15 +149,15 @@ def operator_answer(task: Task, user, text: str) -> None:
     atomic_checked(write, same=("task_id", "message_id"))
 
 
-def operator_authorize(task: Task, user, granted: bool) -> None:
+def operator_authorize(task: Task, user, granted: bool, seen: int | None = None) -> None:
     """Grant or deny an auth-required task as its approver; the handler decides what it means.
 
-    TaskConflict if it does not wait for an authorization; NotAnApprover if
-    `user` sent the request: nobody approves their own request.
+    TaskConflict if it does not wait for an authorization (or, given `seen`, moved
+    on since); NotAnApprover if `user` sent the request: nobody approves their own request.
     """
 
     def write() -> tuple[None, Message]:
-        current = _waiting(task, TaskState.AUTH_REQUIRED)
+        current = _waiting(task, TaskState.AUTH_REQUIRED, seen)
         if current.owner == f"user:{user.pk}":
             raise NotAnApprover(f"You sent this request yourself. {APPROVERS}")
         decision = GRANTED if granted else DENIED

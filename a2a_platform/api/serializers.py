@@ -235,6 +235,10 @@ class TaskOutput(serializers.Serializer):
     owner = serializers.CharField(help_text="Who created it: client:<id>, user:<id> or anonymous")
     status_timestamp = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
+    event_seq = serializers.IntegerField(
+        help_text="The task's last log entry: sent back with an answer or a decision, "
+        "it is refused (409) if the task has moved on since"
+    )
 
 
 class TaskDetailOutput(TaskOutput):
@@ -249,7 +253,16 @@ class TaskListQuery(serializers.Serializer):
     updated_after = serializers.DateTimeField(required=False)
 
 
-class TaskAnswerInput(serializers.Serializer):
+class TaskDecisionInput(serializers.Serializer):
+    event_seq = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="The task's event_seq as you read it: 409 if it has moved on since (asked again, say)",
+    )
+
+
+class TaskAnswerInput(TaskDecisionInput):
     text = serializers.CharField(max_length=20000)
 
 

@@ -158,6 +158,40 @@ def test_two_operators_race_and_the_second_learns_who_answered(
     assert texts == ["Plan the offsite", "Answer from dora"]
 
 
+def test_an_answer_written_for_a_question_the_agent_has_since_replaced_is_not_sent(
+    server, sign_in, acme_agent, rpc, no_console_errors
+):
+    # ask-then-gate asks "Which gate?" again after any answer that is not a path.
+    slug = acme_agent("ask-again", "ask-then-gate")
+    task_id = _waiting(rpc, slug, "Open a gate")
+    bob = sign_in("bob", init_script=FROZEN_FEED)
+    bob.goto("/console/t/acme/queues/input-required/")
+    _item(bob, task_id).get_by_label("Your answer").fill("Answer from bob")
+    dora = sign_in("dora")
+    dora.goto("/console/t/acme/queues/input-required/")
+    _item(dora, task_id).get_by_label("Your answer").fill("north")
+    _item(dora, task_id).get_by_role("button", name="Send answer").click()
+    expect(dora.locator(".flash")).to_contain_text("Answer sent")
+    # The agent asks again (dora's answer left input-required at once): the task waits for another answer.
+    for _ in range(300):
+        if orm(_state, task_id) == "input-required":
+            break
+        dora.wait_for_timeout(100)
+    else:
+        raise AssertionError("the agent never asked again")
+
+    _item(bob, task_id).get_by_role("button", name="Send answer").click()
+    flash = bob.locator(".flash")
+    expect(flash).to_contain_text("This task was already answered by dora")
+    expect(flash).to_contain_text("Nothing was sent")
+    texts = orm(
+        lambda: [
+            m.parts[0]["text"] for m in Message.objects.filter(task_id=task_id, role="user").order_by("pk")
+        ]
+    )
+    assert texts == ["Open a gate", "north"]
+
+
 def test_the_inbox_updates_live_without_losing_what_an_operator_types(
     server, sign_in, acme_agent, rpc, no_console_errors
 ):

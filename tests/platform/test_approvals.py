@@ -165,6 +165,28 @@ def test_an_operators_grant_through_the_api_completes_it_and_is_audited(trio, ga
     assert [(e["action"], e["actor"]) for e in audit] == [("task.authorization_granted", "user:bob")]
 
 
+def test_an_operators_decision_on_a_request_that_asked_again_since_they_read_it_is_refused(trio, gate):
+    requester = trio.token("acme", ["a2a:invoke", "a2a:read"])
+    task = waiting(trio, requester)
+    bob = trio.token("acme", APPROVER_SCOPES, user="bob")
+    read = api(trio, "GET", f"tasks/{task['id']}/", bob).json()
+    # The requester answers meanwhile, and the agent asks again: the same state, another question.
+    again = a2a(trio, requester, "SendMessage", reply(task["id"], "maybe later"))["result"]["task"]
+    assert again["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    url = f"{trio.base_url}/api/v1/tenants/acme/tasks/{task['id']}/grant/"
+    stale = httpx.post(url, json={"event_seq": read["event_seq"]}, headers=trio.auth(bob), timeout=30)
+    assert stale.status_code == 409, stale.text
+    assert "answered by the caller" in stale.json()["detail"]
+    from tasks_app.models import Message
+
+    assert Message.objects.filter(task_id=task["id"], role="user").count() == 2
+    assert httpx.post(url, json={"event_seq": -1}, headers=trio.auth(bob), timeout=30).status_code == 400
+    current = api(trio, "GET", f"tasks/{task['id']}/", bob).json()["event_seq"]
+    granted = httpx.post(url, json={"event_seq": current}, headers=trio.auth(bob), timeout=30)
+    assert granted.status_code == 200, granted.text
+    assert settled(trio, requester, task["id"])["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
 def test_an_operator_cannot_approve_their_own_request(trio):
     bob = trio.token("acme", ["a2a:invoke", "a2a:read", "a2a:approve", "tasks:read"], user="bob")
     task = waiting(trio, bob)

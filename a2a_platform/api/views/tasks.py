@@ -3,7 +3,13 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
 from a2a_platform.api.access import TASKS_READ_SCOPE
-from a2a_platform.api.serializers import TaskAnswerInput, TaskDetailOutput, TaskListQuery, TaskOutput
+from a2a_platform.api.serializers import (
+    TaskAnswerInput,
+    TaskDecisionInput,
+    TaskDetailOutput,
+    TaskListQuery,
+    TaskOutput,
+)
 from a2a_platform.api.views.base import TenantView, Unavailable
 from agents.approvals import APPROVE_SCOPE
 from tasks_app.access import get_task_for_tenant
@@ -50,6 +56,7 @@ def _row(task: Task) -> dict:
     return {name: getattr(task, name) for name in ("id", "agent", "context", "state", "owner")} | {
         "status_timestamp": task.status_timestamp,
         "created_at": task.created_at,
+        "event_seq": task.event_seq,
     }
 
 
@@ -88,7 +95,9 @@ class TaskAnswerView(TaskView):
         task = self.get_task(task_id)
         data = TaskAnswerInput(data=request.data)
         data.is_valid(raise_exception=True)
-        operator_answer(task, self.admin.user, data.validated_data["text"])
+        operator_answer(
+            task, self.admin.user, data.validated_data["text"], seen=data.validated_data.get("event_seq")
+        )
         return self.acted(task)
 
 
@@ -96,7 +105,9 @@ class TaskGrantView(TaskView):
     granted = True
 
     @extend_schema(
-        request=None, responses={200: TaskDetailOutput, 409: None}, summary="Grant an auth-required task"
+        request=TaskDecisionInput,
+        responses={200: TaskDetailOutput, 409: None},
+        summary="Grant an auth-required task",
     )
     def post(self, request, tenant, task_id):
         task = self.get_task(task_id)  # first: another tenant's task is missing, whatever the token
@@ -104,7 +115,11 @@ class TaskGrantView(TaskView):
             # As over A2A: a person's token decides only with the scope (and the role) for it,
             # so a program given a read-only token cannot approve in that person's name.
             raise PermissionDenied(f"Deciding an auth-required task needs a token with '{APPROVE_SCOPE}'")
-        operator_authorize(task, self.admin.user, granted=self.granted)
+        data = TaskDecisionInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        operator_authorize(
+            task, self.admin.user, granted=self.granted, seen=data.validated_data.get("event_seq")
+        )
         return self.acted(task)
 
 
@@ -112,7 +127,9 @@ class TaskDenyView(TaskGrantView):
     granted = False
 
     @extend_schema(
-        request=None, responses={200: TaskDetailOutput, 409: None}, summary="Deny an auth-required task"
+        request=TaskDecisionInput,
+        responses={200: TaskDetailOutput, 409: None},
+        summary="Deny an auth-required task",
     )
     def post(self, request, tenant, task_id):
         return super().post(request, tenant, task_id)

@@ -148,9 +148,17 @@ def _no_longer_waiting(request, refused: TaskConflict, what: str) -> None:
     state = refused.task.get_state_display().lower()
     if refused.by:
         text = f"This task was already {what} by {refused.by}: it is now {state}. Nothing was sent."
+    elif refused.task.is_interrupted:
+        text = f"This task moved on since you opened it: it is {state} again. Nothing was sent."
     else:
         text = f"This task is no longer waiting: it is now {state}. Nothing was sent."
     messages.error(request, text)
+
+
+def _seen(request) -> int | None:
+    """The task's last log entry when the form was drawn (None from a form without it)."""
+    seen = request.POST.get("seen", "")
+    return int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 10 else None
 
 
 def _back(request, task_id):
@@ -171,7 +179,7 @@ def task_answer(request, task_id):
         return _back(request, task_id)
     task = _task_or_404(request, task_id)
     try:
-        operator_answer(task, request.user, text)
+        operator_answer(task, request.user, text, seen=_seen(request))
     except TaskConflict as refused:
         _no_longer_waiting(request, refused, "answered")
     except UNAVAILABLE_ERRORS as exc:
@@ -190,7 +198,7 @@ def task_authorize(request, task_id):
         return _back(request, task_id)
     task = _task_or_404(request, task_id)
     try:
-        operator_authorize(task, request.user, granted=decision == "grant")
+        operator_authorize(task, request.user, granted=decision == "grant", seen=_seen(request))
     except TaskConflict as refused:
         _no_longer_waiting(request, refused, "decided")
     except NotAnApprover as refused:

@@ -77,17 +77,23 @@ def _parse_int(text: str) -> int | float:
 
 def is_base64(value: str) -> bool:
     """Whether a ProtoJSON bytes value is base64: standard or URL-safe alphabet, padding optional."""
+    return standard_base64(value) is not None
+
+
+def standard_base64(value: str) -> str | None:
+    """A base64 value (either alphabet, padding optional) in the standard one, padded; None if not base64."""
     if not _BASE64.fullmatch(value):
-        return False
+        return None
     unpadded = value.rstrip("=")
     if len(unpadded) % 4 == 1 or (len(value) != len(unpadded) and len(value) % 4):
-        return False
+        return None
     standard = unpadded.replace("-", "+").replace("_", "/")
+    standard += "=" * (-len(standard) % 4)
     try:
-        base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
+        base64.b64decode(standard, validate=True)
     except binascii.Error:
-        return False
-    return True
+        return None
+    return standard
 
 
 def check_int32(value: int | None, where: str) -> None:

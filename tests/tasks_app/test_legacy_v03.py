@@ -1,9 +1,11 @@
 """The A2A 0.3 JSON-RPC dialect, sent the way 0.3 clients send it: no A2A-Version header."""
 
+import base64
+
 import httpx
 import pytest
 
-from tasks_app.models import Task
+from tasks_app.models import Message, Task
 from tests.tasks_app.legacy_helpers import other_tenant_echo, post, stored_counts, stream, unique
 
 
@@ -56,6 +58,20 @@ def test_all_three_part_kinds_go_in_and_come_back(server, stored):
     params = {"message": {"role": "user", "messageId": unique("parts03"), "parts": parts}}
     task = post(server, "message/send", params)["result"]
     assert task["history"][0]["parts"] == parts
+
+
+def test_file_bytes_in_the_url_safe_alphabet_are_stored_as_sent(server, stored):
+    sent = b"\xfb\xff\xbf\x01\x02\x03"
+    parts = [{"kind": "file", "file": {"bytes": base64.urlsafe_b64encode(sent).decode().rstrip("=")}}]
+    assert "-" in parts[0]["file"]["bytes"] and "_" in parts[0]["file"]["bytes"]
+    message_id = unique("urlsafe03")
+    task = post(
+        server, "message/send", {"message": {"role": "user", "messageId": message_id, "parts": parts}}
+    )
+    answered = task["result"]["history"][0]["parts"][0]["file"]["bytes"]
+    assert base64.b64decode(answered) == sent
+    stored_part = Message.objects.get(message_id=message_id).parts[0]
+    assert base64.b64decode(stored_part["raw"]) == sent
 
 
 def test_non_blocking_send_returns_at_once(server, stored):

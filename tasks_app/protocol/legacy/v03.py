@@ -4,7 +4,6 @@ Shapes are converted with a2a-sdk's own 0.3 compat layer. Following the SDK,
 an absent `blocking` means blocking and a historyLength of 0 means "all".
 """
 
-import base64
 import logging
 
 from a2a.compat.v0_3 import conversions
@@ -22,6 +21,7 @@ from google.protobuf.message import Error as ProtobufError
 from tasks_app.events import closes_stream
 from tasks_app.models import Task
 from tasks_app.protocol.legacy.common import Exchange, parse_model, parse_proto, run, translated
+from tasks_app.protocol.validation import standard_base64
 
 logger = logging.getLogger(__name__)
 
@@ -119,18 +119,22 @@ def compat_push_config(config: dict) -> dict:
 
 
 def _check_file_bytes(message: types_v03.Message) -> None:
-    # The SDK's conversion decodes leniently (non-alphabet characters are dropped),
-    # which would store garbage as an empty file; refuse it instead.
+    """File bytes checked as the 1.0 binding checks them (either alphabet, padding optional),
+    then handed on in the standard alphabet, padded.
+
+    The SDK's conversion decodes the standard alphabet leniently: it drops any other
+    character (the URL-safe "-" and "_" among them), which would store other bytes
+    than were sent.
+    """
     for index, part in enumerate(message.parts):
         file = getattr(part.root, "file", None)
         if isinstance(file, types_v03.FileWithBytes):
-            altchars = b"-_" if ("-" in file.bytes or "_" in file.bytes) else None
-            try:
-                base64.b64decode(file.bytes, altchars=altchars, validate=True)
-            except ValueError:
+            standard = standard_base64(file.bytes)
+            if standard is None:
                 raise InvalidParamsError(
                     message=f"Invalid params: message.parts[{index}].file.bytes is not base64"
-                ) from None
+                )
+            file.bytes = standard
 
 
 def send_request(params: types_v03.MessageSendParams) -> pb.SendMessageRequest:

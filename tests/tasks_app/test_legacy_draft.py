@@ -73,6 +73,13 @@ def send_raw(server, body: dict, agent: str) -> dict:
     return response.json()
 
 
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def text_send(task_id: str, text: str, **params) -> dict:
     return {"id": task_id, "message": {"role": "user", "parts": [{"type": "text", "text": text}]}, **params}
 
@@ -419,6 +426,8 @@ GOOD = text_send("bad-input-task", "x")
         pytest.param(
             "tasks/sendSubscribe", {**GOOD, "pushNotification": {"token": "t"}}, id="push-without-url"
         ),
+        # Deeper than any request may nest, in a param the draft does not read.
+        pytest.param("tasks/send", {**GOOD, "x": _nested(200)}, id="deep-unknown-param"),
         pytest.param("tasks/get", {"id": 5}, id="get-number-id"),
         pytest.param("tasks/get", {}, id="get-no-id"),
         pytest.param("tasks/pushNotification/set", {"id": "bad-input-task"}, id="push-set-no-config"),

@@ -13,7 +13,7 @@ from a2a.utils.errors import InvalidParamsError
 from tasks_app.events import closes_stream
 from tasks_app.protocol.convert import PROTO_NAME_TO_STATE
 from tasks_app.protocol.legacy.common import parse_proto
-from tasks_app.protocol.validation import check_required_fields, check_text, is_base64
+from tasks_app.protocol.validation import check_required_fields, check_text, check_values, is_base64
 
 PART_TYPES = {
     "text": "text",
@@ -91,6 +91,8 @@ class SendParams:
 
 
 def parse_send(params: dict) -> SendParams:
+    # All of them, the keys it ignores too: the whole params are the send's key (draft._request_key).
+    check_values(params)
     task_id = text_field(params, "id", required=True)
     session_id = text_field(params, "sessionId")
     message = params.get("message")

@@ -84,10 +84,19 @@ def _match(path: str, verb: str):
 
 
 def _route(rest: str, verb: str, tenant: str):
-    """Resolve a path, with or without the `/{tenant}` prefix of the 1.0 REST bindings."""
+    """Resolve a path, with or without the `/{tenant}` prefix of the 1.0 REST bindings.
+
+    A path led by the endpoint's own tenant is read as prefixed first, as SDK clients send it:
+    a tenant may be named like a route ("tasks/tasks" at tenant `tasks` lists its tasks; a task's
+    id is never "tasks"). Any other path is read as it is, then as prefixed by another tenant.
+    """
+    prefix, slash, remainder = rest.partition("/")
+    if slash and prefix == tenant:
+        method, params, allowed = _match(remainder, verb)
+        if method or allowed:
+            return method, params, allowed
     method, params, allowed = _match(rest, verb)
-    if method is None and not allowed and "/" in rest:
-        prefix, _, remainder = rest.partition("/")
+    if method is None and not allowed and slash:
         method, params, allowed = _match(remainder, verb)
         if method and prefix != tenant:
             raise InvalidParamsError(message=f"tenant '{prefix}' does not match this endpoint's tenant")

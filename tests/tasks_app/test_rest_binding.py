@@ -70,6 +70,36 @@ def test_rest_paths_with_and_without_the_tenant_prefix(server):
     assert "tenant" in other.json()["error"]["message"]
 
 
+def test_a_tenant_named_like_a_route_is_served_under_its_prefix(server, stored):
+    from agents.models import Agent
+    from tenants.models import Tenant
+
+    tenant, _ = Tenant.objects.get_or_create(slug="tasks", defaults={"name": "Tasks Inc"})
+    Agent.objects.get_or_create(
+        tenant=tenant, slug="echo", defaults={"name": "Echo", "handler": "echo", "visibility": "public"}
+    )
+    base = server.agent_url("echo", tenant="tasks") + "rest/"
+    sent = httpx.post(
+        base + "tasks/message:send", json=user_message("hi", f"rest-{uuid.uuid4()}"), headers=HEADERS
+    )
+    assert sent.status_code == 200, sent.text
+    task_id = sent.json()["task"]["id"]
+    # What an SDK client sends there: the tenant's prefix, then the route.
+    listed = httpx.get(base + "tasks/tasks", headers=HEADERS)
+    assert listed.status_code == 200, listed.text
+    assert task_id in [task["id"] for task in listed.json()["tasks"]]
+    card = httpx.get(base + "tasks/extendedAgentCard", headers=HEADERS)
+    # Answered as the extended card is at any public echo (it has none), not as a task "extendedAgentCard".
+    demo_card = httpx.get(rest(server, "extendedAgentCard"), headers=HEADERS)
+    assert card.status_code == demo_card.status_code and error_reason(card) == error_reason(demo_card)
+    assert error_reason(card) != "TASK_NOT_FOUND"
+    # The paths without the prefix still work.
+    for path in (f"tasks/{task_id}", f"tasks/tasks/{task_id}"):
+        got = httpx.get(base + path, headers=HEADERS)
+        assert got.status_code == 200 and got.json()["id"] == task_id, (path, got.text)
+    assert httpx.get(base + "tasks", headers=HEADERS).status_code == 200
+
+
 def test_rest_errors_are_google_rpc_status_with_reasons(server):
     task = send(server)
     missing = httpx.get(rest(server, f"tasks/{uuid.uuid4()}"), headers=HEADERS)

@@ -11,6 +11,7 @@ Three kinds of callers, checked in this order:
 """
 
 from a2a.utils.errors import InvalidParamsError
+from django.http.multipartparser import MultiPartParserError
 from django.utils.encoding import escape_uri_path
 from rest_framework.authentication import CSRFCheck
 
@@ -139,7 +140,11 @@ def _session_caller(request, agent: Agent) -> Caller | None:
     # cannot act with the operator's cookie.
     check = CSRFCheck(lambda _request: None)
     check.process_request(request)
-    if check.process_view(request, None, (), {}) is not None:
+    try:
+        if check.process_view(request, None, (), {}) is not None:
+            return None
+    except MultiPartParserError:
+        # A form body Django cannot read (multipart with no boundary) carries no token it can see.
         return None
     role = _member_role(user, agent)
     if role is None:

@@ -3,6 +3,7 @@
 import base64
 import hashlib
 import secrets
+import uuid
 from urllib.parse import parse_qs, urlparse
 
 import httpx
@@ -228,6 +229,25 @@ def test_authorization_code_with_pkce_gives_a_member_a_token_that_acts_as_them(t
     from tasks_app.models import Task
 
     assert Task.objects.get(pk=task["id"]).owner == f"user:{trio.users['bob'].pk}"
+
+
+def test_a_session_posting_a_form_body_django_cannot_read_is_not_a_500(trio):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(trio.users["bob"])
+    token = "c" * 32
+    answer = httpx.post(
+        f"{trio.base_url}/a2a/acme/vault/rest/tasks/{uuid.uuid4()}:cancel",
+        content=b"",
+        # multipart with no boundary: Django's form parser refuses it when the CSRF check reads it.
+        headers={"A2A-Version": "1.0", "Content-Type": "multipart/form-data", "X-CSRFToken": token},
+        cookies={"sessionid": browser.cookies["sessionid"].value, "csrftoken": token},
+        timeout=30,
+    )
+    # The session does not count (its token cannot be read): the agent asks for credentials.
+    assert answer.status_code == 401, answer.text
+    assert answer.json()["error"]["status"] == "UNAUTHENTICATED"
 
 
 @pytest.mark.parametrize(

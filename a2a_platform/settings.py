@@ -435,6 +435,7 @@ OAUTH2_PROVIDER = {
         "agents:manage": "Manage the tenant's agents (configuration, not task content)",
         "agents:publish": "Change whether an agent is public or needs credentials",
         "tasks:read": "Read the tenant's tasks and messages through the management API",
+        "tasks:act": "With tasks:read: answer and cancel the tenant's tasks as the person the token is for",
     },
     "DEFAULT_SCOPES": ["a2a:invoke", "a2a:read", "a2a:push"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("OAUTH_TOKEN_TTL", 3600),

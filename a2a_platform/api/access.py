@@ -7,8 +7,9 @@ need a person, so every credential change and operator action has one behind it.
 
 Tokens, a person's or a program's, also need the scope of what they touch
 (least privilege): `agents:manage` for agents and the tenant's setup,
-`tasks:read` for task content, and a program needs `agents:publish` as well to
-make an agent public or private. Any tenant the principal has no access to
+`tasks:read` for task content (and `tasks:act` too to answer or cancel a task,
+`a2a:approve` to grant or deny one), and a program needs `agents:publish` as well
+to make an agent public or private. Any tenant the principal has no access to
 answers 404, like a tenant that does not exist.
 """
 
@@ -24,6 +25,8 @@ from tenants.models import Membership, Tenant
 
 MANAGE_SCOPE = "agents:manage"
 TASKS_READ_SCOPE = "tasks:read"
+# With tasks:read: answer and cancel tasks in the person's name (grant and deny take a2a:approve).
+TASKS_ACT_SCOPE = "tasks:act"
 PUBLISH_SCOPE = "agents:publish"
 API_SCOPES = (MANAGE_SCOPE, TASKS_READ_SCOPE, PUBLISH_SCOPE)
 

@@ -23,7 +23,15 @@ from tenants.models import Application, Membership, Tenant
 from tenants.services import oauth_client_create
 
 # All but a2a:approve, which would make every test token an approver (tests/platform/test_approvals.py).
-ALL_SCOPES = ["a2a:invoke", "a2a:read", "a2a:push", "agents:manage", "tasks:read", "agents:publish"]
+ALL_SCOPES = [
+    "a2a:invoke",
+    "a2a:read",
+    "a2a:push",
+    "agents:manage",
+    "tasks:read",
+    "tasks:act",
+    "agents:publish",
+]
 PASSWORD = "correct horse battery staple"
 
 

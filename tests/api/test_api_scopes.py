@@ -53,6 +53,24 @@ def test_agents_manage_alone_reads_no_task_content(trio, acme_task):
     assert one.status_code == 403 and "salary" not in one.text
 
 
+def test_a_token_given_to_read_tasks_cannot_answer_or_cancel_them(trio):
+    from tasks_app.models import Message, Task
+
+    task_id = tenancy.waiting_task(trio)
+    tenancy.set_state(task_id, "input-required")
+    reader = trio.token("acme", ["tasks:read"], user="bob")  # bob is an operator
+    answer = call(trio, "POST", "acme", f"tasks/{task_id}/answer/", reader, {"text": "in bob's name"})
+    assert answer.status_code == 403 and "tasks:act" in answer.json()["detail"]
+    canceled = call(trio, "POST", "acme", f"tasks/{task_id}/cancel/", reader)
+    assert canceled.status_code == 403 and "tasks:act" in canceled.json()["detail"]
+    assert Task.objects.get(pk=task_id).state == "input-required"
+    assert Message.objects.filter(task_id=task_id, role="user").count() == 1
+    # With tasks:act as well, the same person acts.
+    actor = trio.token("acme", ["tasks:read", "tasks:act"], user="bob")
+    assert call(trio, "POST", "acme", f"tasks/{task_id}/cancel/", actor).status_code == 200
+    assert Task.objects.get(pk=task_id).state == "canceled"
+
+
 def test_tasks_read_reads_the_tenants_tasks_and_nothing_else(trio, acme_task):
     reader = trio.token("acme", ["tasks:read"])
     detail = call(trio, "GET", "acme", f"tasks/{acme_task}/", reader)

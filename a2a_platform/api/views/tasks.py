@@ -2,7 +2,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
-from a2a_platform.api.access import TASKS_READ_SCOPE
+from a2a_platform.api.access import TASKS_ACT_SCOPE, TASKS_READ_SCOPE
 from a2a_platform.api.serializers import (
     TaskAnswerInput,
     TaskDecisionInput,
@@ -36,6 +36,11 @@ class TaskView(TenantView):
     def detail(self, task: Task) -> Response:
         task.refresh_from_db()
         return Response(TaskDetailOutput({**_row(task), "task": task_snapshot(task.pk)}).data)
+
+    def needs_scope(self, scope: str, doing: str) -> None:
+        """A person's token acts on a task only with `scope`: one given to read cannot act in their name."""
+        if self.admin.scopes is not None and scope not in self.admin.scopes:
+            raise PermissionDenied(f"{doing} needs a token with '{scope}'")
 
     def acted(self, task: Task) -> Response:
         """The task after an operator's action, which is stored: never answered "nothing was stored"."""
@@ -80,7 +85,8 @@ class TaskDetailView(TaskView):
 class TaskCancelView(TaskView):
     @extend_schema(request=None, responses={200: TaskDetailOutput, 409: None}, summary="Cancel a task")
     def post(self, request, tenant, task_id):
-        task = self.get_task(task_id)
+        task = self.get_task(task_id)  # first: another tenant's task is missing, whatever the token
+        self.needs_scope(TASKS_ACT_SCOPE, "Canceling a task")
         operator_cancel(task, self.admin.user)
         return self.acted(task)
 
@@ -93,6 +99,7 @@ class TaskAnswerView(TaskView):
     )
     def post(self, request, tenant, task_id):
         task = self.get_task(task_id)
+        self.needs_scope(TASKS_ACT_SCOPE, "Answering a task")
         data = TaskAnswerInput(data=request.data)
         data.is_valid(raise_exception=True)
         operator_answer(
@@ -111,10 +118,8 @@ class TaskGrantView(TaskView):
     )
     def post(self, request, tenant, task_id):
         task = self.get_task(task_id)  # first: another tenant's task is missing, whatever the token
-        if self.admin.scopes is not None and APPROVE_SCOPE not in self.admin.scopes:
-            # As over A2A: a person's token decides only with the scope (and the role) for it,
-            # so a program given a read-only token cannot approve in that person's name.
-            raise PermissionDenied(f"Deciding an auth-required task needs a token with '{APPROVE_SCOPE}'")
+        # As over A2A: a person's token decides only with the scope (and the role) for it.
+        self.needs_scope(APPROVE_SCOPE, "Deciding an auth-required task")
         data = TaskDecisionInput(data=request.data)
         data.is_valid(raise_exception=True)
         operator_authorize(

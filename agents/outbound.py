@@ -14,6 +14,7 @@ deadline: a DNS server that never answers is a refused URL, not a held thread.
 import functools
 import ipaddress
 import math
+import re
 import socket
 import threading
 import time
@@ -75,6 +76,27 @@ PRIVATE_PROBLEMS = frozenset(
 
 class UrlRefused(ValueError):
     """A URL the platform will not call; the message says why."""
+
+
+# What HTTP allows in a header (RFC 9110 5.5, 5.6.2), in ASCII: a name is a token; a value has
+# no control character but tab, and neither starts nor ends with a space or tab. httpx refuses
+# anything else, and quotes the whole value in its error: a secret in a log, or a status message.
+# Matched whole (fullmatch): "$" would let a value end in a line feed.
+HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+HEADER_VALUE_RE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09\x21-\x7e]*[\x21-\x7e])?)?")
+BAD_HEADER = "a header of the request is not valid HTTP"
+
+
+def header_valid(name: str, value: str) -> bool:
+    """Whether a header can go out as it is (see HEADER_VALUE_RE)."""
+    return bool(HEADER_NAME_RE.fullmatch(name) and HEADER_VALUE_RE.fullmatch(value))
+
+
+def http_error_text(exc: httpx.HTTPError) -> str:
+    """An httpx error as a reason to show: never the text of a header httpx refused (it quotes it)."""
+    if isinstance(exc, httpx.LocalProtocolError):
+        return BAD_HEADER
+    return str(exc) or exc.__class__.__name__
 
 
 @dataclass(frozen=True)

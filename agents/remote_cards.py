@@ -20,7 +20,15 @@ from a2a.types import AgentCard
 from django.conf import settings
 from google.protobuf.json_format import MessageToDict, ParseError
 
-from agents.outbound import LOOKUP_TIMEOUT, Target, UrlRefused, deadline, time_left, url_check
+from agents.outbound import (
+    LOOKUP_TIMEOUT,
+    Target,
+    UrlRefused,
+    deadline,
+    http_error_text,
+    time_left,
+    url_check,
+)
 
 CARD_PATH = ".well-known/agent-card.json"
 # A card is a small JSON document; anything much bigger is not one.
@@ -65,7 +73,43 @@ class ScreenedTransport(httpx.AsyncHTTPTransport):
             raise httpx.ConnectError(f"The call was refused: {exc}", request=request) from None
         request.extensions = {**request.extensions, **target.extensions}
         request.url = target.pinned_url
-        return await super().handle_async_request(request)
+        # Bytes as they come, so the cap below counts what the SDK will hold.
+        request.headers["Accept-Encoding"] = "identity"
+        response = await super().handle_async_request(request)
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":
+            await response.aclose()
+            raise httpx.RemoteProtocolError(
+                f"the remote agent answered {encoding}-encoded, which was not asked for", request=request
+            )
+        response.stream = _Capped(response.stream, settings.PROXY_MAX_RESPONSE_BYTES, request)
+        return response
+
+
+class _Capped(httpx.AsyncByteStream):
+    """A response body that may not grow past `limit` bytes (a stream's included).
+
+    The SDK reads a whole answer, or an SSE line, into memory before it looks at it: a
+    remote agent sending without end would take the worker, and every turn on it, down.
+    """
+
+    def __init__(self, stream: httpx.AsyncByteStream, limit: int, request: httpx.Request):
+        self.stream, self.limit, self.request = stream, limit, request
+
+    async def __aiter__(self):
+        received = 0
+        async for chunk in self.stream:
+            received += len(chunk)
+            if received > self.limit:
+                raise httpx.RemoteProtocolError(
+                    f"the remote agent sent more than {self.limit} bytes in one answer "
+                    "(PROXY_MAX_RESPONSE_BYTES)",
+                    request=self.request,
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 def card_url_of(agent_url: str) -> str:
@@ -134,7 +178,7 @@ def _card_fetch(url: str, headers: dict[str, str] | None, timeout: float) -> Rem
     except httpx.TimeoutException:
         raise CardUnavailable(f"{url} did not answer within {timeout:g} s.") from None
     except httpx.HTTPError as exc:
-        raise CardUnavailable(f"{url} could not be reached: {exc or exc.__class__.__name__}.") from None
+        raise CardUnavailable(f"{url} could not be reached: {http_error_text(exc)}.") from None
     return card_parse(body, url, timeout=timeout)
 
 

@@ -34,7 +34,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from agents.outbound import Target, UrlRefused, url_check, url_syntax_check
+from agents.outbound import HEADER_VALUE_RE, Target, UrlRefused, http_error_text, url_check, url_syntax_check
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.commits import atomic_checked, rechecked
@@ -50,7 +50,6 @@ CONTENT_TYPE = "application/a2a+json"
 CONFIG_ID_RE = re.compile(r"^[A-Za-z0-9._~:@+=-]{1,255}$")
 # RFC 9110 token: what an HTTP auth scheme may be made of.
 AUTH_SCHEME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
-PRINTABLE_RE = re.compile(r"^[\x20-\x7e]*$")
 UNDECRYPTABLE_ERROR = "cannot decrypt the webhook credentials; was FIELD_ENCRYPTION_KEYS changed?"
 LIST_PAGE_SIZE_DEFAULT = 50
 LIST_PAGE_SIZE_MAX = 100
@@ -77,21 +76,26 @@ def push_config_clean(config: pb.TaskPushNotificationConfig) -> PushConfigInput:
         raise InvalidParamsError(message="Push notification config needs a url")
     if len(url) > 2048:
         raise InvalidParamsError(message="Push notification url is longer than 2048 characters")
-    if config.id and not CONFIG_ID_RE.match(config.id):
+    if config.id and not CONFIG_ID_RE.fullmatch(config.id):
         raise InvalidParamsError(
             message="Push notification config id must be 1-255 letters, digits or ._~:@+=- characters"
         )
-    # Header values: anything else could split the webhook request's headers.
-    if len(config.token) > 1024 or not PRINTABLE_RE.match(config.token):
-        raise InvalidParamsError(message="Push notification token must be 0-1024 printable ASCII characters")
+    # Header values: anything else could split the webhook request's headers, or be refused
+    # by httpx at each delivery with the value quoted in the error.
+    if len(config.token) > 1024 or not HEADER_VALUE_RE.fullmatch(config.token):
+        raise InvalidParamsError(
+            message="Push notification token must be 0-1024 printable ASCII characters, "
+            "with no space at either end"
+        )
     scheme = credentials = ""
     if config.HasField("authentication"):
         scheme, credentials = config.authentication.scheme, config.authentication.credentials
-        if not AUTH_SCHEME_RE.match(scheme):
+        if not AUTH_SCHEME_RE.fullmatch(scheme):
             raise InvalidParamsError(message="authentication.scheme must be an HTTP scheme like 'Bearer'")
-        if len(credentials) > 4096 or not PRINTABLE_RE.match(credentials):
+        if len(credentials) > 4096 or not HEADER_VALUE_RE.fullmatch(credentials):
             raise InvalidParamsError(
-                message="authentication.credentials must be up to 4096 printable ASCII characters"
+                message="authentication.credentials must be up to 4096 printable ASCII characters, "
+                "with no space at either end"
             )
     try:
         url_syntax_check(url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS)
@@ -372,7 +376,7 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     try:
         status, reason = engine.run(_send(target, headers, body, deadline - time.monotonic()))
     except httpx.HTTPError as exc:
-        return None, f"{exc.__class__.__name__}: {exc}"[:1000]
+        return None, f"{exc.__class__.__name__}: {http_error_text(exc)}"[:1000]
     except TimeoutError:
         return None, f"No answer within {settings.PUSH_TIMEOUT:g} s"
     if 200 <= status < 300:

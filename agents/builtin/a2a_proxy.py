@@ -46,7 +46,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.outbound import UrlRefused, deadline, time_left
+from agents.outbound import BAD_HEADER, HEADER_NAME_RE, UrlRefused, deadline, header_valid, time_left
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, ScreenedTransport, card_fetch, card_url_of, proxy_url_check
 
@@ -236,9 +236,13 @@ class A2AProxyAgentExecutor(AgentExecutor):
         except ValueError as exc:  # urlsplit() refuses some URLs outright
             raise ConfigInvalid(f'"url" in the config is not a valid URL: {exc}.', key="url") from None
         for name, value in target.headers.items():
-            if not name.strip() or any(c in f"{name}{value}" for c in "\r\n\x00"):
+            if not header_valid(name, value):
+                # Named, never quoted: the value is likely a secret.
+                shown = repr(name) if HEADER_NAME_RE.fullmatch(name) else "one of them"
                 raise ConfigInvalid(
-                    f'"headers" in the config has an invalid header: {name!r}.', key="headers"
+                    f'"headers" in the config has a header that is not valid HTTP: {shown} (printable '
+                    "ASCII, with no space or tab at either end of the value).",
+                    key="headers",
                 )
 
     @staticmethod
@@ -285,7 +289,9 @@ class A2AProxyAgentExecutor(AgentExecutor):
                     # the remote task itself says where it is.
                     await relay.task(await client.get_task(GetTaskRequest(id=self.remote_task_id)))
         except REMOTE_ERRORS as exc:
-            logger.warning("a2a_proxy task %s: remote agent %s failed: %r", task.id, target.url, exc)
+            logger.warning(
+                "a2a_proxy task %s: remote agent %s failed: %s", task.id, target.url, _describe(exc)
+            )
             if not relay.settled:
                 await updater.failed(
                     new_text_message(f"The remote agent could not be used: {_describe(exc)}")
@@ -416,7 +422,16 @@ class _Relay:
 
 
 def _describe(exc: BaseException) -> str:
-    """A one-line reason for a status message; the root cause says more than the wrapper."""
+    """A one-line reason for a status message; the root cause says more than the wrapper.
+
+    Never the text of a header httpx refused: it quotes the value (a secret of the config),
+    and the SDK's wrapper quotes httpx.
+    """
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, httpx.LocalProtocolError):
+            return BAD_HEADER
+        link = link.__cause__
     cause = exc
     while cause.__cause__ is not None and str(cause.__cause__):
         cause = cause.__cause__

@@ -105,6 +105,26 @@ def test_an_unreachable_remote_fails_with_a_readable_reason(server, rpc, demo_ag
     assert "\n" not in reason
 
 
+def test_a_header_httpx_refuses_is_never_quoted_to_callers(server, rpc, demo_agent, settings):
+    # A pasted key with a trailing space: httpx refuses the header and quotes it in its error.
+    # A config saved before the check below existed: the turn fails without the secret.
+    config = {"url": server.agent_url("echo"), "headers": {"Authorization": "Bearer sk-SECRET "}}
+    proxy = demo_agent("proxy-with-a-bad-header", "a2a_proxy", config)
+    task = rpc("SendMessage", user_message("hi", new_id()), agent=proxy)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    reason = status_text(task)
+    assert "not valid HTTP" in reason and "sk-SECRET" not in reason, reason
+    # And such a config is refused when it is saved, naming the header, not its value.
+    settings.PROXY_ALLOW_PRIVATE_NETWORKS = True  # this process's screen, for the loopback URL
+    from agents.builtin.a2a_proxy import A2AProxyAgentExecutor
+    from agents.registry import ConfigInvalid
+
+    for headers in ({"Authorization": "Bearer sk-SECRET "}, {"Authorization": "Bearer sk-SECRET\n"}):
+        with pytest.raises(ConfigInvalid) as refused:
+            A2AProxyAgentExecutor.validate_config({"url": server.agent_url("echo"), "headers": headers})
+        assert "'Authorization'" in str(refused.value) and "sk-SECRET" not in str(refused.value)
+
+
 def test_the_seeded_proxy_fronts_the_local_echo_agent_out_of_the_box(server, rpc):
     from a2a_platform.seed import seed_demo
     from agents.models import Agent

@@ -7,6 +7,7 @@ is screened again and sent to the address that was checked, with its Host.
 """
 
 import asyncio
+import gzip
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +50,57 @@ def _call(url: str) -> httpx.Response:
             return await client.post(url, json={})
 
     return asyncio.run(call())
+
+
+class _Endless(BaseHTTPRequestHandler):
+    """Answers with more than any cap allows, and no line feed; or gzip-encoded, if asked by path."""
+
+    def do_POST(self):
+        self.send_response(200)
+        if self.path == "/gzip":
+            body = gzip.compress(b"{}")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        chunk = b"x" * 65536
+        try:
+            for _ in range(64):  # 4 MiB, and the test's cap is 1 MiB
+                self.wfile.write(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def endless_service():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_answer_past_the_cap_fails_the_call_before_it_is_held_whole(endless_service):
+    async def call(path: str) -> bytes:
+        async with httpx.AsyncClient(transport=ScreenedTransport(), trust_env=False) as client:
+            async with client.stream("POST", f"http://localhost:{endless_service}{path}", json={}) as answer:
+                return await answer.aread()
+
+    with override_settings(
+        DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=True, PROXY_MAX_RESPONSE_BYTES=1024 * 1024
+    ):
+        with pytest.raises(httpx.RemoteProtocolError, match="more than 1048576 bytes"):
+            asyncio.run(call("/stream"))
+        # Compressed, its size would say nothing of what it holds: refused, as it was not asked for.
+        with pytest.raises(httpx.RemoteProtocolError, match="gzip-encoded"):
+            asyncio.run(call("/gzip"))
 
 
 def test_a_call_to_an_internal_address_is_refused_when_it_connects(internal_service):

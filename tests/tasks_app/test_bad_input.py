@@ -247,7 +247,9 @@ def test_draft_errors_name_the_clients_own_task_id(server, stored):
     created = json.loads(rpc_raw(server, envelope("tasks/send", send)).text)["result"]
     assert created["id"] == task_id and created["status"]["state"] == "completed"
     internal_id = str(Task.objects.get(draft_alias__client_task_id=task_id).pk)
-    again = rpc_error(rpc_raw(server, envelope("tasks/send", send)))
+    # A new message to the finished task (the same one again would be a resend, answered with the task).
+    follow_up = {**send, "message": {"role": "user", "parts": [{"type": "text", "text": "more"}]}}
+    again = rpc_error(rpc_raw(server, envelope("tasks/send", follow_up)))
     cancel = rpc_error(rpc_raw(server, envelope("tasks/cancel", {"id": task_id})))
     assert (again["code"], cancel["code"]) == (-32004, -32002)
     for error in (again, cancel):

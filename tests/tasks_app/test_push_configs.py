@@ -132,6 +132,15 @@ def test_another_tenants_caller_cannot_see_or_touch_the_configs(rpc, stored):
         pytest.param({"url": "http://169.254.169.254/latest/meta-data"}, id="metadata"),
         pytest.param({"url": ""}, id="no-url"),
         pytest.param({"token": "a\r\nX-Injected: 1"}, id="header-injection-in-token"),
+        # httpx refuses each of these at every delivery, quoting the value in its error.
+        pytest.param({"token": "tok-secret\n"}, id="line-feed-ending-token"),
+        pytest.param({"token": "tok-secret "}, id="space-ending-token"),
+        pytest.param(
+            {"authentication": {"scheme": "Bearer", "credentials": "c "}}, id="space-ending-credentials"
+        ),
+        pytest.param(
+            {"authentication": {"scheme": "Bearer\n", "credentials": "c"}}, id="line-feed-ending-scheme"
+        ),
         pytest.param({"authentication": {"scheme": "Bearer x", "credentials": "c"}}, id="bad-scheme"),
         pytest.param({"id": "a/b"}, id="slash-in-id"),
         # No TCP port: the webhook could never be called (it was stored all the same).

@@ -26,6 +26,9 @@ import httpx
 from publicsuffixlist import PublicSuffixList
 
 SHARED_NETWORK = ipaddress.ip_network("100.64.0.0/10")
+# IPv6 site-local (deprecated by RFC 3879, still routed inside some networks): Python's is_private
+# does not count it.
+SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
 # Cloud metadata and credential endpoints: refused even when private networks are allowed.
 # An IPv6 address carrying one of the IPv4 ones (::ffff:, 6to4) is judged as it (_address_problem).
@@ -125,6 +128,18 @@ class Target:
         )
 
 
+def _is_literal(host: str) -> bool:
+    """Whether a URL's host is an address in some spelling (IPv6, or any IPv4 form getaddrinfo reads)."""
+    try:
+        ipaddress.IPv6Address(host.strip("[]").partition("%")[0])
+    except ValueError:
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            return False
+    return True
+
+
 def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):
         # Without its zone (fe80::a9fe:a9fe%eth0 is the listed address, on one interface).
@@ -144,7 +159,7 @@ def _address_problem(ip, allow_private: bool, allow_loopback: bool) -> str | Non
         return None if allow_private else "a link-local address"
     if ip in SHARED_NETWORK:
         return None if allow_private else "a shared (carrier-grade NAT) address"
-    if ip.is_private:
+    if ip.is_private or ip in SITE_LOCAL:
         return None if allow_private else "a private address"
     if ip.is_reserved or not ip.is_global:
         return "a reserved address"
@@ -161,12 +176,18 @@ class Screen:
     setting: str = "PUSH_ALLOW_PRIVATE_NETWORKS"
 
     def refusal(self, host: str, address: str | None, problem: str) -> UrlRefused:
-        """`address` None: a name that is loopback by definition (_is_loopback_name)."""
-        resolves = (
-            f"resolves to {address}, {problem}"
-            if address
-            else f"resolves to {problem} (localhost and every name under it do, RFC 6761)"
-        )
+        """`address` None: a name that is loopback by definition (_is_loopback_name).
+
+        A name's address is not shown, only a literal's (127.1 is 127.0.0.1): what the
+        platform's own resolver answers for internal names ("redis", "postgres") is no
+        tenant's business.
+        """
+        if address is None:
+            resolves = f"resolves to {problem} (localhost and every name under it do, RFC 6761)"
+        elif _is_literal(host):
+            resolves = f"resolves to {address}, {problem}"
+        else:
+            resolves = f"resolves to {problem}"
         return self.refused(f"the host '{host}' {resolves}", fixable=problem in PRIVATE_PROBLEMS)
 
     def refused(self, why: str, *, fixable: bool) -> UrlRefused:
@@ -391,7 +412,8 @@ def url_check(
     screen = Screen(allow_private, allow_loopback, purpose, setting)
     parsed = _parsed(url, screen)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    addresses = list(dict.fromkeys(_lookup(parsed.host, port, timeout)))
+    # The name as it goes in Host and TLS (IDNA 2008: faß.de is xn--fa-hia.de, not fass.de).
+    addresses = list(dict.fromkeys(_lookup(parsed.raw_host.decode("ascii"), port, timeout)))
     if not addresses:
         raise UrlRefused(f"the host '{parsed.host}' does not resolve")
     # Every address must pass: a host with one public and one private address is refused.

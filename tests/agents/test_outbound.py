@@ -79,6 +79,26 @@ def test_a_name_dns_never_answers_is_refused_when_the_timeout_runs_out(silent_dn
     assert silent_dns.wait_for_queries(1) == ["hooks.silent.test"]
 
 
+def test_an_international_name_is_looked_up_as_it_goes_in_host_and_tls(silent_dns):
+    # Python's socket spells faß as fass (IDNA 2003); Host and TLS's name say xn--fa-hia (IDNA 2008).
+    with pytest.raises(UrlRefused):
+        finishes_within(10, url_check, "http://faß.silent.test/hook", allow_private=False, timeout=0.3)
+    assert silent_dns.wait_for_queries(1) == ["xn--fa-hia.silent.test"]
+
+
+def test_a_refusal_names_no_address_a_name_resolved_to(monkeypatch):
+    # What the platform's own DNS answers for its internal names is no tenant's business.
+    monkeypatch.setattr(outbound, "getaddrinfo", lambda *args, **kwargs: [(2, 1, 6, "", ("172.18.0.3", 80))])
+    with pytest.raises(UrlRefused) as refused:
+        url_check("http://redis:80/", allow_private=False)
+    assert "172.18" not in str(refused.value) and "a private address" in str(refused.value)
+    # A literal's address is shown, in the spelling it reads as.
+    with pytest.raises(UrlRefused, match="127.0.0.1, a loopback address"):
+        url_check("http://127.1/", allow_private=False)
+    with pytest.raises(UrlRefused, match="a private address"):
+        url_check("http://[fec0::1]/", allow_private=False)
+
+
 def test_a_lookup_that_fails_is_a_host_that_does_not_resolve(silent_dns):
     def release_once_asked():
         silent_dns.wait_for_queries(1)

@@ -227,7 +227,7 @@ def test_validate_handler_config_on_its_own():
             validate_handler_config("progress", {"duration": duration})
     with pytest.raises(ConfigInvalid, match="not a valid URL"):
         validate_handler_config("a2a_proxy", {"url": "http://[::1"})
-    with pytest.raises(ConfigInvalid, match="invalid header"):
+    with pytest.raises(ConfigInvalid, match="not valid HTTP"):
         validate_handler_config("a2a_proxy", {"url": "http://8.8.8.8/", "headers": {"X-A": "1\r\nX-B: 2"}})
     with pytest.raises(HandlerNotAvailable):
         validate_handler_config("agents.builtin.echo.EchoAgentExecutor", {})

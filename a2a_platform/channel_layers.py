@@ -53,6 +53,14 @@ class InProcessChannelLayer(InMemoryChannelLayer):
 
     def _clean_expired(self):
         with self._groups_lock:
+            # A member whose channel is still received on is alive, however long ago it
+            # joined (a console feed joins once): renewed rather than dropped after
+            # group_expiry. Channels of readers that left are forgotten (release_channel).
+            now = time.time()
+            for members in self.groups.values():
+                for channel in members:
+                    if channel in self._receive_loops:
+                        members[channel] = now
             super()._clean_expired()
 
     async def group_add(self, group, channel):
@@ -104,6 +112,10 @@ class InProcessChannelLayer(InMemoryChannelLayer):
 
     async def release_channel(self, channel: str) -> None:
         """Forget a member channel (out of its groups already), and any message still queued for it."""
+        self.forget_channel(channel)
+
+    def forget_channel(self, channel: str) -> None:
+        """Forget a channel whose reader left (a console feed's, say): its queue and its loop."""
         self.channels.pop(channel, None)
         self._receive_loops.pop(channel, None)
 

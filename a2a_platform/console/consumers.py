@@ -63,9 +63,16 @@ class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         await self.leave_group()
+        # Refused, revoked or gone: the in-process layer forgets the channel (it keeps a note
+        # of each channel it received on). Redis's unsubscribes as the receive is cancelled.
+        forget = getattr(self.channel_layer, "forget_channel", None)
+        if forget is not None:
+            forget(self.channel_name)
 
-    async def receive_json(self, content, **kwargs):
-        # The browser only listens.
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # The browser only listens. Anything sent is dropped as it is: decoding it as JSON
+        # first (AsyncJsonWebsocketConsumer's receive) crashed the consumer on a frame that
+        # is not, before disconnect() could leave the group.
         return
 
     async def tenant_task(self, event):

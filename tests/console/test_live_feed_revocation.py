@@ -108,6 +108,41 @@ def start_task(rpc, acme_agent):
     return start
 
 
+def test_frames_the_page_never_sends_are_ignored_and_the_feed_goes_on(server, sign_in, feed, start_task):
+    member = sign_in(orm(_make_member))
+    wait_live(member)
+    live = feed(member)
+    # A second socket of the same page, fed what the console's script never sends.
+    url = server.base_url.replace("http", "ws", 1) + "/console/t/acme/feed/"
+    opened = member.evaluate(
+        """url => new Promise(resolve => {
+            const junk = {notes: [], closed: null};
+            window.__junk = junk;
+            const socket = new WebSocket(url);
+            socket.onopen = () => {
+                socket.send("x");
+                socket.send("");
+                socket.send(new Uint8Array([1, 2, 3]));
+                resolve(true);
+            };
+            socket.onmessage = event => junk.notes.push(JSON.parse(event.data));
+            socket.onclose = event => { junk.closed = event.code; resolve(false); };
+        })""",
+        url,
+    )
+    assert opened is True
+    task_id = start_task()
+    live.wait_for_task(task_id)
+    member.wait_for_function(
+        "id => window.__junk.notes.some(note => note.task === id) || window.__junk.closed !== null",
+        arg=task_id,
+        timeout=NOTE_WITHIN * 1000,
+    )
+    # The consumer used to crash on the first frame (1011), leaving its channel in the tenant's group.
+    junk = member.evaluate("window.__junk")
+    assert junk["closed"] is None and task_id in {note["task"] for note in junk["notes"]}, junk
+
+
 def test_a_member_removed_through_the_api_loses_the_open_feed(server, sign_in, feed, start_task):
     username = orm(_make_member)
     member = sign_in(username)

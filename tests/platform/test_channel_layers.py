@@ -165,3 +165,27 @@ def test_in_process_send_to_a_paused_loop_does_not_wait_for_it():
         assert worker_loop.run_until_complete(asyncio.wait_for(receiving, timeout=2.0)) == EVENTS
     finally:
         worker_loop.close()
+
+
+def test_in_process_a_member_still_received_on_outlives_group_expiry():
+    # The console's feed joins its tenant's group once, for as long as the page stays open.
+    async def scenario() -> tuple[dict, bool]:
+        layer = InProcessChannelLayer(group_expiry=1)
+        listening = await layer.new_channel()
+        gone = await layer.new_channel()
+        await layer.group_add("tenant.1", listening)
+        await layer.group_add("tenant.1", gone)
+        received = asyncio.ensure_future(layer.receive(listening))
+        left = asyncio.ensure_future(layer.receive(gone))
+        await asyncio.sleep(0.05)
+        left.cancel()
+        layer.forget_channel(gone)  # its reader left (the consumer's disconnect)
+        await asyncio.sleep(2.5)  # past group_expiry (whole seconds: Channels truncates the time)
+        await layer.group_send("tenant.1", {"type": "tenant.task", "task": "t"})
+        message = await asyncio.wait_for(received, timeout=5)
+        return message, gone in layer.groups.get("tenant.1", {})
+
+    message, gone_kept = asyncio.run(scenario())
+    assert message == {"type": "tenant.task", "task": "t"}
+    # The one nobody receives on any more is dropped at the expiry, as before.
+    assert not gone_kept

@@ -120,6 +120,24 @@ class InProcessChannelLayer(InMemoryChannelLayer):
         self._receive_loops.pop(channel, None)
 
 
+# As many messages as a member channel holds unread, as the in-process layer's capacity: past
+# it, what comes is dropped. A reader that stopped reading (a stream whose client stopped
+# reading, and a busy task) would otherwise hold every batch published for its task.
+MEMBER_CAPACITY = 100
+
+
+class _MemberQueue(asyncio.Queue):
+    """A member channel's queue: full, it drops what comes (channels_redis puts without waiting).
+
+    Nothing is lost for the reader: the task's log has every entry, and a reader that
+    meets a gap in the log positions, or a quiet spell, reads the log (tasks_app.events).
+    """
+
+    def put_nowait(self, item) -> None:
+        if not self.full():
+            super().put_nowait(item)
+
+
 class _RedisPubSubLoopLayer(RedisPubSubLoopLayer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -136,7 +154,7 @@ class _RedisPubSubLoopLayer(RedisPubSubLoopLayer):
                 await shard.subscribe(anchor)
             self._anchor = anchor
         channel = f"{self.prefix}member.{uuid.uuid4().hex}"
-        self.channels[channel] = asyncio.Queue()
+        self.channels[channel] = _MemberQueue(MEMBER_CAPACITY)
         return channel
 
     async def release_channel(self, channel: str) -> None:

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from redis import asyncio as aioredis
 
-from a2a_platform.channel_layers import InProcessChannelLayer, RedisPubSubLayer
+from a2a_platform.channel_layers import MEMBER_CAPACITY, InProcessChannelLayer, RedisPubSubLayer
 from tasks_app.events import Feed, Subscription
 from tests.conftest import SERVICES_MODE
 from tests.live import RedisServer
@@ -189,3 +189,31 @@ def test_in_process_a_member_still_received_on_outlives_group_expiry():
     assert message == {"type": "tenant.task", "task": "t"}
     # The one nobody receives on any more is dropped at the expiry, as before.
     assert not gone_kept
+
+
+def test_redis_a_member_that_stopped_reading_holds_a_bounded_backlog():
+    if not SERVICES_MODE:
+        pytest.skip("needs Redis (services mode)")
+    url = os.environ["REDIS_URL"]
+    prefix = f"test-layer-{uuid.uuid4().hex[:8]}."
+
+    async def scenario() -> tuple[int, dict]:
+        reader = RedisPubSubLayer(hosts=[url], prefix=prefix)
+        writer = RedisPubSubLayer(hosts=[url], prefix=prefix)
+        try:
+            channel = await reader.member_channel()
+            await reader.group_add("busy", channel)
+            for seq in range(1, 301):
+                await writer.group_send("busy", {"type": "task.events", "events": [[seq, {}]]})
+            await asyncio.sleep(0.5)  # the reader's connection takes in all 300
+            held = reader._get_layer().channels[channel].qsize()
+            first = await asyncio.wait_for(reader.receive(channel), timeout=5)
+            return held, first
+        finally:
+            await reader.flush()
+            await writer.flush()
+
+    held, first = asyncio.run(scenario())
+    # A stream whose client stopped reading holds this many batches, not every one of its task's.
+    assert held == MEMBER_CAPACITY
+    assert first["events"][0][0] == 1

@@ -10,6 +10,7 @@ import asyncio
 import gzip
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -34,14 +35,23 @@ class _Echo(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def internal_service():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+@contextmanager
+def _serving(handler):
+    """An HTTP server with `handler` on a loopback port of its own: that port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def internal_service():
+    with _serving(_Echo) as port:
+        yield port
 
 
 def _call(url: str) -> httpx.Response:
@@ -79,12 +89,8 @@ class _Endless(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def endless_service():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with _serving(_Endless) as port:
+        yield port
 
 
 def test_an_answer_past_the_cap_fails_the_call_before_it_is_held_whole(endless_service):

@@ -130,20 +130,28 @@ def test_a_decision_waits_for_its_confirmation(
     expect(bob.get_by_test_id("task-state")).to_have_text(final.capitalize())
 
 
-def test_two_operators_race_and_the_second_learns_who_answered(
-    server, sign_in, acme_agent, rpc, no_console_errors
-):
-    slug = acme_agent("clarify", "clarify")
-    task_id = _waiting(rpc, slug, "Plan the offsite")
-    # Bob's page never hears that dora answered: he answers an item that is already taken.
+def _bob_writes_while_dora_answers(sign_in, task_id: str, answer: str):
+    """Bob's page, his answer written, and dora's page once her `answer` went in first.
+
+    Bob's page never hears that dora answered: he answers an item that is already taken.
+    """
     bob = sign_in("bob", init_script=FROZEN_FEED)
     bob.goto("/console/t/acme/queues/input-required/")
     _item(bob, task_id).get_by_label("Your answer").fill("Answer from bob")
     dora = sign_in("dora")
     dora.goto("/console/t/acme/queues/input-required/")
-    _item(dora, task_id).get_by_label("Your answer").fill("Answer from dora")
+    _item(dora, task_id).get_by_label("Your answer").fill(answer)
     _item(dora, task_id).get_by_role("button", name="Send answer").click()
     expect(dora.locator(".flash")).to_contain_text("Answer sent")
+    return bob, dora
+
+
+def test_two_operators_race_and_the_second_learns_who_answered(
+    server, sign_in, acme_agent, rpc, no_console_errors
+):
+    slug = acme_agent("clarify", "clarify")
+    task_id = _waiting(rpc, slug, "Plan the offsite")
+    bob, _ = _bob_writes_while_dora_answers(sign_in, task_id, "Answer from dora")
 
     _item(bob, task_id).get_by_role("button", name="Send answer").click()
     flash = bob.locator(".flash")
@@ -164,14 +172,7 @@ def test_an_answer_written_for_a_question_the_agent_has_since_replaced_is_not_se
     # ask-then-gate asks "Which gate?" again after any answer that is not a path.
     slug = acme_agent("ask-again", "ask-then-gate")
     task_id = _waiting(rpc, slug, "Open a gate")
-    bob = sign_in("bob", init_script=FROZEN_FEED)
-    bob.goto("/console/t/acme/queues/input-required/")
-    _item(bob, task_id).get_by_label("Your answer").fill("Answer from bob")
-    dora = sign_in("dora")
-    dora.goto("/console/t/acme/queues/input-required/")
-    _item(dora, task_id).get_by_label("Your answer").fill("north")
-    _item(dora, task_id).get_by_role("button", name="Send answer").click()
-    expect(dora.locator(".flash")).to_contain_text("Answer sent")
+    bob, dora = _bob_writes_while_dora_answers(sign_in, task_id, "north")
     # The agent asks again (dora's answer left input-required at once): the task waits for another answer.
     for _ in range(300):
         if orm(_state, task_id) == "input-required":

@@ -368,8 +368,8 @@ A2A_GRPC_PUBLIC_URL = env_str("A2A_GRPC_PUBLIC_URL")
 PUSH_ALLOW_PRIVATE_NETWORKS = env_bool("PUSH_ALLOW_PRIVATE_NETWORKS", default=False)
 # The a2a_proxy handler applies the same screening to its remote URL.
 PROXY_ALLOW_PRIVATE_NETWORKS = env_bool("PROXY_ALLOW_PRIVATE_NETWORKS", default=False)
-# The most an a2a_proxy agent's remote agent may send in one answer, a stream included (the SDK
-# holds an answer, or an SSE line, in memory whole): past it the turn fails, the worker stays up.
+# The most an a2a_proxy agent's remote agent may send in one answer, or in one line of an event
+# stream (the SDK holds either in memory whole): past it the turn fails, the worker stays up.
 PROXY_MAX_RESPONSE_BYTES = env_int("PROXY_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
 # Attempts per (config, event), counting the first; then the event is given up and the next one goes.
 PUSH_MAX_ATTEMPTS = env_int("PUSH_MAX_ATTEMPTS", 6)

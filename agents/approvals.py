@@ -33,8 +33,10 @@ APPROVERS = (
 GRANTED, DENIED = "granted", "denied"
 GRANT_WORDS = {"approve", "approved", "yes", "grant", "granted", "allow", "allowed"}
 DENY_WORDS = {"deny", "denied", "no", "reject", "rejected", "decline", "declined"}
-# Words that may stand around a decision without changing it: "I approve this", "Yes, please".
-FILLER_WORDS = {"i", "we", "please", "it", "this", "that", "request"}
+# Words and marks that may stand around a decision without changing it: "I approve this",
+# "Yes, please.", "OK, approved". A question mark is no such mark: "approve?" asks.
+FILLER_WORDS = {"i", "we", "please", "it", "this", "that", "the", "request", "is", "ok", "okay"}
+FILLER_MARKS = set(".,!:;-'\"")
 
 
 def requested_decision(message: Message | None) -> str | None:
@@ -45,18 +47,19 @@ def requested_decision(message: Message | None) -> str | None:
     decision and nothing more: every word a grant word, or every word a denial
     word, give or take FILLER_WORDS ("Yes, approved.", "No. Denied."). Anything
     more is no decision: "Do not approve this", "why would I approve?", "yes,
-    but first tell me what it deploys", "no, approve". A refusal is never read as
-    a grant. Whether the decision counts is the platform's call (see the module
-    docstring).
+    but first tell me what it deploys", "no, approve", "approve ❌", a word in
+    another language. A refusal is never read as a grant. Whether the decision
+    counts is the platform's call (see the module docstring).
     """
     if message is None:
         return None
     for data in get_data_parts(message.parts):
         if isinstance(data, dict) and data.get(AUTHORIZATION_KEY) in (GRANTED, DENIED):
             return data[AUTHORIZATION_KEY]
-    words = [
-        word for word in re.findall(r"[a-z]+", get_message_text(message).lower()) if word not in FILLER_WORDS
-    ]
+    # Every word in any script, and every other mark (an emoji, "?"), is a token: "нет, approve"
+    # and "approve ❌" hold more than a decision.
+    tokens = re.findall(r"\w+|[^\w\s]", get_message_text(message).lower())
+    words = [token for token in tokens if token not in FILLER_WORDS and token not in FILLER_MARKS]
     if words and all(word in GRANT_WORDS for word in words):
         return GRANTED
     if words and all(word in DENY_WORDS for word in words):

@@ -76,34 +76,40 @@ class ScreenedTransport(httpx.AsyncHTTPTransport):
         # Bytes as they come, so the cap below counts what the SDK will hold.
         request.headers["Accept-Encoding"] = "identity"
         response = await super().handle_async_request(request)
-        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        encoding = response.headers.get("Content-Encoding", "").strip().lower() or "identity"
         if encoding != "identity":
             await response.aclose()
             raise httpx.RemoteProtocolError(
                 f"the remote agent answered {encoding}-encoded, which was not asked for", request=request
             )
-        response.stream = _Capped(response.stream, settings.PROXY_MAX_RESPONSE_BYTES, request)
+        events = response.headers.get("Content-Type", "").lower().startswith("text/event-stream")
+        response.stream = _Capped(
+            response.stream, settings.PROXY_MAX_RESPONSE_BYTES, request, per_line=events
+        )
         return response
 
 
 class _Capped(httpx.AsyncByteStream):
-    """A response body that may not grow past `limit` bytes (a stream's included).
+    """A response body that may not hold more than `limit` bytes at once in the SDK's hands.
 
     The SDK reads a whole answer, or an SSE line, into memory before it looks at it: a
     remote agent sending without end would take the worker, and every turn on it, down.
+    An answer counts whole; an event stream (per_line) counts each line, so a long one
+    of ordinary events goes on.
     """
 
-    def __init__(self, stream: httpx.AsyncByteStream, limit: int, request: httpx.Request):
-        self.stream, self.limit, self.request = stream, limit, request
+    def __init__(self, stream: httpx.AsyncByteStream, limit: int, request: httpx.Request, *, per_line: bool):
+        self.stream, self.limit, self.request, self.per_line = stream, limit, request, per_line
 
     async def __aiter__(self):
-        received = 0
+        held = 0
         async for chunk in self.stream:
-            received += len(chunk)
-            if received > self.limit:
+            ends = max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) if self.per_line else -1
+            held = len(chunk) - ends - 1 if ends >= 0 else held + len(chunk)
+            if held > self.limit:
+                what = "in one line of its stream" if self.per_line else "in one answer"
                 raise httpx.RemoteProtocolError(
-                    f"the remote agent sent more than {self.limit} bytes in one answer "
-                    "(PROXY_MAX_RESPONSE_BYTES)",
+                    f"the remote agent sent more than {self.limit} bytes {what} (PROXY_MAX_RESPONSE_BYTES)",
                     request=self.request,
                 )
             yield chunk

@@ -230,6 +230,8 @@ class Message(models.Model):
 class IdempotencyKey(models.Model):
     """An Idempotency-Key a caller sent with SendMessage, and the task that request started.
 
+    A draft-dialect send has none: its key is made from its whole params (protocol/legacy/draft.py).
+
     Unique per (caller, agent, key), so concurrent retries meet in the database:
     the second insert waits for the first transaction and then fails. A record
     older than IDEMPOTENCY_TTL is ignored, and replaced by the next use of its key.
@@ -240,7 +242,8 @@ class IdempotencyKey(models.Model):
     # The caller's principal, in Task.owner's format.
     caller = models.CharField(max_length=255)
     key = models.CharField(max_length=255)
-    # SHA-256 of the request as parsed (deterministic protobuf serialization).
+    # SHA-256 of the request as parsed (deterministic protobuf serialization); of the key itself
+    # for a draft send's key, which is made from the request.
     body_hash = models.CharField(max_length=64)
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
     # The task's last log entry before the message was stored (0: the request started the task),

@@ -44,7 +44,8 @@ logger = logging.getLogger(__name__)
 
 COMMIT_UNKNOWN = (
     "The task store (database) went away as the message was being stored, and it may have been. "
-    "Retry later with the same Idempotency-Key to have it stored once."
+    "Retry later with the same request and Idempotency-Key (a draft tasks/send: the same body) "
+    "to have it stored once."
 )
 # The same without a key, whose retry could not be matched to this message.
 COMMIT_UNKNOWN_WITHOUT_KEY = (

@@ -111,7 +111,14 @@ def test_a_client_with_a2a_approve_can_deny(trio, gate):
 
 @pytest.mark.parametrize(
     "text",
-    ["Do not approve this", "not allowed", "why would I approve?", "Yes, first tell me what this deploys"],
+    [
+        "Do not approve this",
+        "not allowed",
+        "why would I approve?",
+        "Yes, first tell me what this deploys",
+        "нет, approve",
+        "approve ❌",
+    ],
 )
 def test_an_approvers_answer_that_is_not_plainly_a_decision_decides_nothing(trio, gate, text):
     task = waiting(trio, trio.token("acme", ["a2a:invoke", "a2a:read"]))

@@ -150,10 +150,12 @@ def test_a_resend_while_the_first_turn_runs_is_answered_when_that_turn_ends(
             assert time.monotonic() < deadline, "the first turn never started"
             time.sleep(0.05)
         second = pool.submit(send_raw, server, {**body, "id": "r-2"}, agent)
-        time.sleep(0.5)
-        # Not refused as a follow-up to a task that is not waiting for input: it waits for the turn.
-        assert not second.done(), second.result()
-        gate.touch()
+        try:
+            time.sleep(0.5)
+            # Not refused as a follow-up to a task that is not waiting for input: it waits for the turn.
+            assert not second.done(), second.result()
+        finally:
+            gate.touch()
         answers = first.result(timeout=30)["result"], second.result(timeout=30)["result"]
     for answer in answers:
         assert answer["id"] == task_id and answer["status"]["state"] == "completed", answer

@@ -78,6 +78,13 @@ def test_a_tenant_named_like_a_route_is_served_under_its_prefix(server, stored):
     Agent.objects.get_or_create(
         tenant=tenant, slug="echo", defaults={"name": "Echo", "handler": "echo", "visibility": "public"}
     )
+    try:
+        _serve_a_tenant_named_tasks(server)
+    finally:
+        tenant.delete()  # its agent and task with it: other tests list tenants
+
+
+def _serve_a_tenant_named_tasks(server):
     base = server.agent_url("echo", tenant="tasks") + "rest/"
     sent = httpx.post(
         base + "tasks/message:send", json=user_message("hi", f"rest-{uuid.uuid4()}"), headers=HEADERS

@@ -8,6 +8,11 @@ configs and their delivery records, a draft client's alias. Tasks that are
 not terminal are never touched, however old; contexts stay (another task may
 still use one).
 
+Each run also deletes expired Idempotency-Keys (older than A2A_IDEMPOTENCY_TTL,
+every tenant's: an expired key counts for nothing), in the same batches: a
+draft-dialect send writes one per message, and without this they went only
+with their task or on the key's next use.
+
 Runs every A2A_RETENTION_INTERVAL seconds: scheduled by beat in services
 mode, by a thread of `manage.py serve` embedded. It deletes in batches of
 RETENTION_BATCH tasks, one short transaction each, so no table is locked for
@@ -19,6 +24,7 @@ import logging
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -27,6 +33,7 @@ from tasks_app.models import (
     TERMINAL_STATES,
     Artifact,
     DraftTaskAlias,
+    IdempotencyKey,
     Message,
     PushConfig,
     PushDelivery,
@@ -103,11 +110,31 @@ def retention_sweep(
             deleted[current.slug] = deleted.get(current.slug, 0) + count
             if count < batch:
                 break
-    if deleted:
+    keys = 0
+    while tenant is None and batches < max_batches:
+        count = _delete_expired_keys(now, batch)
+        batches += 1
+        keys += count
+        if count < batch:
+            break
+    if deleted or keys:
         logger.info(
-            "Retention deleted %s task(s) in %.1f s: %s",
+            "Retention deleted %s task(s) and %s expired Idempotency-Key(s) in %.1f s: %s",
             sum(deleted.values()),
+            keys,
             time.monotonic() - started,
             deleted,
         )
-    return {"deleted": deleted, "batches": batches}
+    return {"deleted": deleted, "keys": keys, "batches": batches}
+
+
+def _delete_expired_keys(now, batch: int) -> int:
+    """One batch of Idempotency-Key records past A2A_IDEMPOTENCY_TTL; how many went.
+
+    The age is checked again as they are deleted: a key renewed meanwhile (a draft's new
+    answer in the same words, services._key_claim) stays.
+    """
+    cutoff = now - timedelta(seconds=settings.A2A_IDEMPOTENCY_TTL)
+    expired = IdempotencyKey.objects.filter(created_at__lt=cutoff)
+    pks = list(expired.values_list("pk", flat=True)[:batch])
+    return expired.filter(pk__in=pks).delete()[0] if pks else 0

@@ -6,12 +6,14 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Agent
 from tasks_app.models import (
     Artifact,
     DraftTaskAlias,
+    IdempotencyKey,
     Message,
     PushConfig,
     PushDelivery,
@@ -132,6 +134,27 @@ def test_a_task_with_a_webhook_delivery_still_to_send_is_kept_until_it_is_sent(s
     PushDelivery.objects.filter(pk=delivery.pk).update(status=PushDelivery.Status.GIVEN_UP)
     assert retention_sweep(tenant=tenant)["deleted"] == {tenant.slug: 1}
     assert set(children(task.pk).values()) == {0}
+
+
+def test_expired_idempotency_keys_go_with_every_run(server, stored):
+    tenant = make_tenant()  # no retention period: its tasks stay, its expired keys do not
+    task = send(server, tenant)
+    ttl = timedelta(seconds=settings.A2A_IDEMPOTENCY_TTL)
+    fields = {"tenant": tenant, "agent": task.agent, "caller": "anonymous", "body_hash": "h", "task": task}
+    old = IdempotencyKey.objects.create(
+        key="old", created_at=timezone.now() - ttl - timedelta(minutes=1), **fields
+    )
+    fresh = IdempotencyKey.objects.create(key="fresh", created_at=timezone.now() - ttl / 2, **fields)
+
+    assert retention_sweep(batch=1)["keys"] >= 1
+    assert not IdempotencyKey.objects.filter(pk=old.pk).exists()
+    assert IdempotencyKey.objects.filter(pk=fresh.pk).exists()
+    assert Task.objects.filter(pk=task.pk).exists()
+    # A run for one tenant (the console's) leaves keys to the periodic one.
+    IdempotencyKey.objects.filter(pk=fresh.pk).update(created_at=timezone.now() - ttl - timedelta(minutes=1))
+    assert retention_sweep(tenant=tenant)["keys"] == 0
+    assert IdempotencyKey.objects.filter(pk=fresh.pk).exists()
+    fresh.delete()
 
 
 def test_a_run_stops_after_its_batch_budget_and_the_next_goes_on(server, stored):

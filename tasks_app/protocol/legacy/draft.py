@@ -68,10 +68,7 @@ def _send_as(client_task_id: str):
                 task=outcome.task, agent=caller.agent, owner=outcome.task.owner, client_task_id=client_task_id
             )
 
-        # A draft client names its task: the answer is that task, whatever the agent says.
-        return message_send(
-            caller, request, reply_as_message=False, with_task=alias, key_from_request=True, **options
-        )
+        return _send_keyed(caller, request, with_task=alias, **options)
 
     return send
 
@@ -106,6 +103,10 @@ async def _send(ex: Exchange, streaming: bool):
 
 
 def _send_keyed(caller, request, **options):
+    """message_send as the draft sends: keyed by the request's params, and answered with the task.
+
+    A draft client names its task, so the answer is that task, whatever the agent says.
+    """
     return message_send(caller, request, reply_as_message=False, key_from_request=True, **options)
 
 

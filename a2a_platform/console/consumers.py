@@ -8,14 +8,23 @@ names the socket's user (a2a_platform/console/signals.py), and again before a
 note is forwarded when the last check is older than RECHECK_SECONDS, for
 changes that sent no signal (a queryset .update(), raw SQL). A socket whose
 user lost the tenant closes with 4403 and forwards nothing more.
+
+The socket lives no longer than the sign-in it opened with: signing out sends
+a `session.ended` note to the session's group, which closes the socket with
+4401, and each re-check also asks whether the session still holds (not
+signed out, not expired, its password not changed since).
 """
 
+import hashlib
 import logging
 import time
+from importlib import import_module
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.utils.crypto import constant_time_compare
 
 from a2a_platform.console.access import console_access
 from tasks_app.events import tenant_group_name
@@ -28,6 +37,13 @@ RECHECK_SECONDS = 10.0
 CLOSE_REVOKED = 4403
 # Refused at connect: not a member, or no such tenant.
 CLOSE_REFUSED = 4404
+# The sign-in the socket opened with is over (signed out, expired, password changed).
+CLOSE_SIGNED_OUT = 4401
+
+
+def session_group_name(session_key: str) -> str:
+    """The group of one sign-in's sockets. The session key is a secret: the group is named by its digest."""
+    return "console.session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
 
 
 def _connect_access(user, slug: str):
@@ -35,16 +51,40 @@ def _connect_access(user, slug: str):
     return access, (user.pk if access is not None else None)
 
 
-def _still_allowed(user_pk, slug: str) -> bool:
-    """Whether the user, as stored now (deleted, deactivated), may still open the tenant."""
+def _session_holds(session_key: str, user) -> bool:
+    """Whether the session is still this user's sign-in, as Django checks it on each request.
+
+    Signed out or expired, the stored session is gone (or holds no user); a
+    password changed since leaves it a hash that no longer matches.
+    """
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    if session.get(SESSION_KEY) != str(user.pk):
+        return False
+    given = session.get(HASH_SESSION_KEY) or ""
+    return any(
+        constant_time_compare(given, known)
+        for known in (user.get_session_auth_hash(), *user.get_session_auth_fallback_hash())
+    )
+
+
+def _refusal(user_pk, slug: str, session_key: str) -> int | None:
+    """Why the socket may not go on (its close code), or None.
+
+    None: its sign-in holds, and its user, as stored now, may open the tenant.
+    """
     user = get_user_model().objects.filter(pk=user_pk).first()
-    return user is not None and console_access(user, slug) is not None
+    if user is None:
+        return CLOSE_REVOKED
+    if not _session_holds(session_key, user):
+        return CLOSE_SIGNED_OUT
+    return None if console_access(user, slug) is not None else CLOSE_REVOKED
 
 
 class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
-    group = None
+    joined: tuple[str, ...] = ()
     user_pk = None
     slug = None
+    session_key = None
     checked_at = 0.0
     revoked = False
 
@@ -56,13 +96,15 @@ class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_REFUSED)
             return
         self.slug, self.user_pk = slug, user_pk
+        self.session_key = self.scope["session"].session_key
         self.checked_at = time.monotonic()
-        self.group = tenant_group_name(access.tenant.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.joined = (tenant_group_name(access.tenant.pk), session_group_name(self.session_key))
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code):
-        await self.leave_group()
+        await self.leave_groups()
         # Refused, revoked or gone: the in-process layer forgets the channel (it keeps a note
         # of each channel it received on). Redis's unsubscribes as the receive is cancelled.
         forget = getattr(self.channel_layer, "forget_channel", None)
@@ -89,10 +131,15 @@ class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
         # user may have been added back since.
         await self.check_access()
 
+    async def session_ended(self, event):
+        # Sent when this socket's sign-in signs out (a2a_platform/console/signals.py).
+        if not self.revoked:
+            await self.stop(code=CLOSE_SIGNED_OUT)
+
     async def check_access(self) -> bool:
-        """Check the user's access now; close the socket if it is gone."""
+        """Check the sign-in and the user's access now; close the socket if either is gone."""
         try:
-            allowed = await database_sync_to_async(_still_allowed)(self.user_pk, self.slug)
+            refusal = await database_sync_to_async(_refusal)(self.user_pk, self.slug, self.session_key)
         except Exception:
             log.exception("Could not check user %s's access to tenant %s", self.user_pk, self.slug)
             # Not knowing is not being allowed, but it is no refusal either: 1011 makes
@@ -100,16 +147,16 @@ class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
             await self.stop(code=1011)
             return False
         self.checked_at = time.monotonic()
-        if not allowed:
-            await self.stop(code=CLOSE_REVOKED)
-        return allowed
+        if refusal is not None:
+            await self.stop(code=refusal)
+        return refusal is None
 
     async def stop(self, code: int):
         self.revoked = True
-        await self.leave_group()
+        await self.leave_groups()
         await self.close(code=code)
 
-    async def leave_group(self):
-        if self.group:
-            group, self.group = self.group, None
+    async def leave_groups(self):
+        joined, self.joined = self.joined, ()
+        for group in joined:
             await self.channel_layer.group_discard(group, self.channel_name)

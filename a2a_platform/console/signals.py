@@ -10,16 +10,21 @@ Signals, not the services: a member also leaves through the Django admin, the
 admin's user pages and cascades (a queryset .delete() sends them too). A
 queryset .update() or raw SQL sends none; the feed's periodic re-check covers
 those.
+
+Signing out (the console's or the admin's) sends a `session.ended` note to
+that sign-in's group: its sockets, in every tab, close.
 """
 
 import logging
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import receiver
 
-from tasks_app.events import publish_tenant
+from a2a_platform.console.consumers import session_group_name
+from tasks_app.events import publish_soon, publish_tenant
 from tenants.models import Membership, Tenant
 
 log = logging.getLogger(__name__)
@@ -105,3 +110,11 @@ def user_deleted(sender, instance, **kwargs):
     # Memberships go by cascade and announce themselves; a superuser also had every other tenant.
     if instance.is_superuser:
         feed_revoke(user_pk=instance.pk, tenant_pks=Tenant.objects.values_list("pk", flat=True))
+
+
+@receiver(user_logged_out, dispatch_uid="console.feed.signed_out")
+def signed_out(sender, request, user, **kwargs):
+    # Sent before the session is flushed, so its key is still the one the sockets joined with.
+    session_key = getattr(getattr(request, "session", None), "session_key", None)
+    if session_key:
+        publish_soon([(session_group_name(session_key), {"type": "session.ended"})])

@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from a2a_platform.console.consumers import CLOSE_REVOKED, RECHECK_SECONDS
+from a2a_platform.console.consumers import CLOSE_REVOKED, CLOSE_SIGNED_OUT, RECHECK_SECONDS
 from tenants.models import AuditEvent, Membership, Tenant
 from tests.conftest import user_message
 from tests.console.conftest import PASSWORD, orm, wait_live
@@ -282,5 +282,56 @@ def test_access_lost_without_a_signal_is_caught_before_the_next_note(server, sig
     hidden = start_task()
     assert live.wait_closed(NOTE_WITHIN) == CLOSE_REVOKED
     time.sleep(0.5)
+    assert hidden not in live.tasks()
+    assert first in live.tasks()
+
+
+def test_signing_out_closes_the_feeds_of_that_sign_in_only(server, sign_in, feed, start_task):
+    username = orm(_make_member)
+    member = sign_in(username)
+    wait_live(member)
+    live = feed(member)
+    # A second tab of the same sign-in, and the same person signed in elsewhere.
+    other_tab = member.context.new_page()
+    other_tab.goto("/console/t/acme/")
+    wait_live(other_tab)
+    elsewhere = sign_in(username)
+    wait_live(elsewhere)
+    elsewhere_feed = feed(elsewhere)
+    first = start_task()
+    live.wait_for_task(first)
+
+    other_tab.get_by_role("button", name="Sign out").click()
+    other_tab.wait_for_url("**/console/login/**")
+    # The old code kept the socket open, forwarding the tenant's notes to a signed-out browser.
+    assert live.wait_closed(CLOSED_WITHIN) == CLOSE_SIGNED_OUT
+    expect(member.locator("body")).to_have_attribute("data-live-state", "refused", timeout=15_000)
+    expect(member.locator("#live-state")).to_have_text("Signed out")
+
+    after = start_task()
+    elsewhere_feed.wait_for_task(after)
+    assert elsewhere_feed.state()["closed"] is None
+    assert after not in live.tasks()
+
+
+def test_a_password_changed_elsewhere_ends_the_feed_before_the_next_note(server, sign_in, feed, start_task):
+    username = orm(_make_member)
+    member = sign_in(username)
+    live = feed(member)
+    first = start_task()
+    live.wait_for_task(first)
+    opened_at = time.monotonic()
+
+    def change_password():
+        user = get_user_model().objects.get(username=username)
+        user.set_password(PASSWORD + "-changed")
+        user.save()
+
+    # Django signs every other session of the user out on its next request; nothing tells the feed.
+    orm(change_password)
+    time.sleep(max(0.0, RECHECK_SECONDS + 0.5 - (time.monotonic() - opened_at)))
+    hidden = start_task()
+    assert live.wait_closed(NOTE_WITHIN) == CLOSE_SIGNED_OUT
+    # A note comes before the close on the socket: one forwarded would be here by now.
     assert hidden not in live.tasks()
     assert first in live.tasks()

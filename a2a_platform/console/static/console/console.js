@@ -180,6 +180,7 @@
     socket.onclose = function (event) {
       if (event.code === 4404) { setState("refused", "Live updates unavailable"); return; }
       if (event.code === 4403) { setState("refused", "You no longer have access to this tenant"); return; }
+      if (event.code === 4401) { setState("refused", "Signed out"); return; }
       setState("closed", "Offline, retrying…");
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 15000);

@@ -315,6 +315,9 @@ A2A_BLOCKING_TIMEOUT = env_float("A2A_BLOCKING_TIMEOUT", 60.0)
 A2A_IDEMPOTENCY_TTL = env_float("A2A_IDEMPOTENCY_TTL", 24 * 3600.0)
 # Comment lines sent on idle SSE streams so proxies keep them open.
 A2A_SSE_HEARTBEAT = env_float("A2A_SSE_HEARTBEAT", 15.0)
+# An open stream (SSE, gRPC) checks its caller's credentials again at most this often
+# (a revoked token, a signed-out session, a person who left the tenant end it).
+A2A_STREAM_RECHECK = env_float("A2A_STREAM_RECHECK", 10.0)
 # A running turn holds a lease it renews every A2A_TURN_HEARTBEAT seconds (and
 # always before four fifths of it have gone); a lease not renewed for
 # A2A_TURN_LEASE seconds means its worker is gone, and the sweeper runs the turn

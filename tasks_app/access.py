@@ -16,6 +16,7 @@ checks as get_task_and_artifacts_for_caller.
 
 import functools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -46,6 +47,9 @@ class Caller:
     may_approve: bool = False
     # How an approval names this caller ("alice", a client's name).
     name: str = ""
+    # Checks the caller's credentials again, as they are stored now, for a stream that
+    # outlives its request: raises what the binding refuses a caller with (protocol/auth.py).
+    recheck: Callable[[], object] | None = field(default=None, compare=False, repr=False)
 
 
 def parse_task_uuid(task_id: str) -> uuid.UUID | None:

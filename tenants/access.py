@@ -5,6 +5,12 @@ The access helpers of a tenant's rows by id live with their entity
 another tenant, exactly as for a missing one.
 """
 
+from importlib import import_module
+
+from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
+from django.utils.crypto import constant_time_compare
+
 from tenants.models import Application, Membership, Tenant
 
 # What each role may do includes everything the roles below it may.
@@ -43,4 +49,22 @@ def get_membership_for_tenant(tenant: Tenant, username: str) -> Membership | Non
         Membership.objects.select_related("tenant", "user")
         .filter(tenant=tenant, user__username=username)
         .first()
+    )
+
+
+def session_holds(session_key: str, user) -> bool:
+    """Whether the session is still this user's sign-in, as Django checks it on each request.
+
+    For connections that outlive the request that opened them (the console's
+    feed, A2A streams). Signed out or expired, the stored session is gone (or
+    holds no user); a password changed since leaves it a hash that no longer
+    matches. Reads the store without changing it.
+    """
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    if session.get(SESSION_KEY) != str(user.pk):
+        return False
+    given = session.get(HASH_SESSION_KEY) or ""
+    return any(
+        constant_time_compare(given, known)
+        for known in (user.get_session_auth_hash(), *user.get_session_auth_fallback_hash())
     )

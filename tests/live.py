@@ -186,6 +186,10 @@ def http_ok(url: str) -> bool:
         return False
 
 
+# Seconds between the checks of an open stream's caller on the servers under test (ten by default).
+STREAM_RECHECK = 0.5
+
+
 def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
     env = {
         **os.environ,
@@ -199,6 +203,8 @@ def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
     env.setdefault("PUSH_RETRY_BASE_DELAY", "0.2")
     env.setdefault("PUSH_RETRY_MAX_DELAY", "1.0")
     env["A2A_EXTRA_HANDLERS"] += ",push-ask=tests.tasks_app.push_handlers.AskOnceExecutor"
+    # Open streams check their caller again this often (tests/platform/test_stream_revocation.py).
+    env.setdefault("A2A_STREAM_RECHECK", str(STREAM_RECHECK))
     if env.get("REDIS_URL"):
         # Web and worker processes report one view on /metrics (prometheus_client multiprocess mode).
         env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(session_metrics_dir()))

@@ -18,16 +18,14 @@ signed out, not expired, its password not changed since).
 import hashlib
 import logging
 import time
-from importlib import import_module
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
-from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.utils.crypto import constant_time_compare
+from django.contrib.auth import get_user_model
 
 from a2a_platform.console.access import console_access
 from tasks_app.events import tenant_group_name
+from tenants.access import session_holds
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +49,6 @@ def _connect_access(user, slug: str):
     return access, (user.pk if access is not None else None)
 
 
-def _session_holds(session_key: str, user) -> bool:
-    """Whether the session is still this user's sign-in, as Django checks it on each request.
-
-    Signed out or expired, the stored session is gone (or holds no user); a
-    password changed since leaves it a hash that no longer matches.
-    """
-    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    if session.get(SESSION_KEY) != str(user.pk):
-        return False
-    given = session.get(HASH_SESSION_KEY) or ""
-    return any(
-        constant_time_compare(given, known)
-        for known in (user.get_session_auth_hash(), *user.get_session_auth_fallback_hash())
-    )
-
-
 def _refusal(user_pk, slug: str, session_key: str) -> int | None:
     """Why the socket may not go on (its close code), or None.
 
@@ -75,7 +57,7 @@ def _refusal(user_pk, slug: str, session_key: str) -> int | None:
     user = get_user_model().objects.filter(pk=user_pk).first()
     if user is None:
         return CLOSE_REVOKED
-    if not _session_holds(session_key, user):
+    if not session_holds(session_key, user):
         return CLOSE_SIGNED_OUT
     return None if console_access(user, slug) is not None else CLOSE_REVOKED
 

@@ -10,7 +10,10 @@ Three kinds of callers, checked in this order:
   as in the SDK).
 """
 
+import functools
+
 from a2a.utils.errors import InvalidParamsError
+from django.contrib.auth import get_user_model
 from django.http.multipartparser import MultiPartParserError
 from django.utils.encoding import escape_uri_path
 from rest_framework.authentication import CSRFCheck
@@ -18,6 +21,7 @@ from rest_framework.authentication import CSRFCheck
 from agents.approvals import APPROVE_SCOPE
 from agents.models import Agent
 from tasks_app.access import Caller
+from tenants.access import session_holds
 from tenants.models import Membership
 from tenants.oauth import bearer_token_verify, is_bearer
 
@@ -65,6 +69,22 @@ class CallerForbidden(Exception):
         self.message = message
 
 
+# What resolve_caller raises when the caller may not call; http.refusal() says how to answer.
+CALLER_REFUSED = (CallerUnauthenticated, CallerForbidden)
+
+
+class CallerRefused(Exception):
+    """One of CALLER_REFUSED (`reason`), with the agent the binding's answer names in its challenge.
+
+    Raised when the agent is known: resolving a call, or checking a stream's caller again.
+    """
+
+    def __init__(self, agent: Agent, reason: Exception):
+        super().__init__(str(reason))
+        self.agent = agent
+        self.reason = reason
+
+
 def check_tenant(call, request) -> None:
     """A request that names a tenant (the 1.0 `tenant` field) must name the endpoint's own."""
     tenant = getattr(request, "tenant", "")
@@ -103,6 +123,8 @@ def _token_caller(authorization: str, uri: str, agent: Agent, method: str) -> Ca
             f"{method} needs the '{needed}' scope; this token has: {' '.join(sorted(scopes))}"
         )
     approver = APPROVE_SCOPE in scopes
+    # Judged again the same way: a token revoked or expired since, its client's or person's access gone.
+    recheck = functools.partial(_token_caller, authorization, uri, agent, method)
     if token.user_id is None:
         client = token.application
         # An approving client sees the tasks it is asked to decide on, like an operator does.
@@ -114,6 +136,7 @@ def _token_caller(authorization: str, uri: str, agent: Agent, method: str) -> Ca
             sees_all=approver,
             may_approve=approver,
             name=client.name or client.client_id,
+            recheck=recheck,
         )
     # An interactive token acts for its person, who must still belong to the tenant.
     role = _member_role(token.user, agent)
@@ -128,6 +151,7 @@ def _token_caller(authorization: str, uri: str, agent: Agent, method: str) -> Ca
         # Both: the person's role gives the right, the token's scope lets this program use it.
         may_approve=approver and role in SEES_ALL_ROLES,
         name=token.user.get_username(),
+        recheck=recheck,
     )
 
 
@@ -157,7 +181,21 @@ def _session_caller(request, agent: Agent) -> Caller | None:
         sees_all=role in SEES_ALL_ROLES,
         may_approve=role in SEES_ALL_ROLES,
         name=user.get_username(),
+        recheck=functools.partial(_session_recheck, user.pk, request.session.session_key, agent),
     )
+
+
+def _session_recheck(user_pk, session_key: str, agent: Agent) -> None:
+    """Raises CallerUnauthenticated once the session that called is over or its user left the tenant."""
+    user = get_user_model().objects.filter(pk=user_pk, is_active=True).first()
+    if user is None or not session_holds(session_key, user) or _member_role(user, agent) is None:
+        raise CallerUnauthenticated("The session is over, or no longer has this agent's tenant")
+
+
+def _still_public(agent_pk) -> None:
+    """Raises CallerUnauthenticated once the agent an anonymous caller called is no longer public."""
+    if not Agent.objects.filter(pk=agent_pk, enabled=True, visibility=Agent.Visibility.PUBLIC).exists():
+        raise CallerUnauthenticated()
 
 
 def resolve_caller(request, agent: Agent, method: str) -> Caller:
@@ -185,5 +223,5 @@ def authorization_caller(authorization: str, agent: Agent, method: str, *, uri: 
     if authorization:
         raise CallerUnauthenticated("Only 'Authorization: Bearer <token>' is accepted")
     if agent.is_public:
-        return Caller(tenant=agent.tenant, agent=agent)
+        return Caller(tenant=agent.tenant, agent=agent, recheck=functools.partial(_still_public, agent.pk))
     raise CallerUnauthenticated()

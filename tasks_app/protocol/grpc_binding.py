@@ -32,10 +32,16 @@ from tasks_app import metrics
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT
 from tasks_app.protocol import operations
-from tasks_app.protocol.auth import CallerUnauthenticated, authorization_caller, www_authenticate
+from tasks_app.protocol.auth import (
+    CALLER_REFUSED,
+    CallerRefused,
+    CallerUnauthenticated,
+    authorization_caller,
+    www_authenticate,
+)
 from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.errors import grpc_status, store_unavailable
-from tasks_app.protocol.http import CALLER_REFUSED, SEND_METHODS, check_version_value_1, idempotency_key_value
+from tasks_app.protocol.http import SEND_METHODS, check_version_value_1, idempotency_key_value
 from tasks_app.protocol.validation import check_request, check_required_fields
 from tasks_app.quotas import quota_check
 from tenants.forwarded import entries, trusted_proxies
@@ -223,6 +229,9 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
                 yield ParseDict(payload, pb.StreamResponse(), ignore_unknown_fields=True)
             return
         except Exception as exc:
+            if isinstance(exc, CallerRefused):
+                # The caller's credentials went away while the stream was open (operations.Recheck).
+                exc = Refused(exc.reason, exc.agent)
             status, trailer = _failure(exc, method)
             if started is not None:
                 metrics.request_done("grpc", method, _outcome(exc), time.perf_counter() - started)

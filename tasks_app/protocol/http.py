@@ -21,14 +21,18 @@ from agents.cards import public_base_url, requested_version, version_major
 from agents.models import Agent
 from tasks_app.access import Caller
 from tasks_app.db import db
-from tasks_app.protocol.auth import CallerForbidden, CallerUnauthenticated, resolve_caller, www_authenticate
+from tasks_app.protocol.auth import (
+    CALLER_REFUSED,
+    CallerRefused,
+    CallerUnauthenticated,
+    resolve_caller,
+    www_authenticate,
+)
 from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.sse import last_event_id
 from tasks_app.quotas import quota_admit, quota_check
 
 JSON_CONTENT_TYPES = {"application/json", "application/json-rpc", "application/jsonrequest"}
-# What resolve_caller raises when the caller may not call; refusal() says how to answer.
-CALLER_REFUSED = (CallerUnauthenticated, CallerForbidden)
 
 
 def is_json_content_type(content_type: str) -> bool:
@@ -136,15 +140,6 @@ def _call(request, caller: Caller, key: str, method: str) -> Call:
 
 class NoAgent(Exception):
     """No enabled agent at the request's URL: the binding answers "No agent at this URL"."""
-
-
-class CallerRefused(Exception):
-    """One of CALLER_REFUSED (`reason`), with the agent refusal() needs to answer it."""
-
-    def __init__(self, agent: Agent, reason: Exception):
-        super().__init__(str(reason))
-        self.agent = agent
-        self.reason = reason
 
 
 async def call_and_params(request, tenant_slug: str, agent_slug: str, method: str, operation, parse):

@@ -130,7 +130,13 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
         if streaming:
             events = await operation(call, params)
             return sse_response(
-                events, lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload}
+                events,
+                lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload},
+                refused=lambda refused: {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": jsonrpc_error(refusal(refused.reason, refused.agent)[1]),
+                },
             )
         result = await operation(call, params)
         return JsonAnswer({"jsonrpc": "2.0", "id": request_id, "result": result})

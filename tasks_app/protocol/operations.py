@@ -7,20 +7,23 @@ the first event still go back as a plain error response.
 """
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from datetime import UTC
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from django.conf import settings
 
 from agents.cards import card_dict
-from tasks_app.access import get_task_for_caller
+from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.commits import CommitUnknown
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT, Feed, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
-from tasks_app.protocol.auth import check_tenant
+from tasks_app.protocol.auth import CALLER_REFUSED, CallerRefused, check_tenant
 from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
@@ -174,6 +177,7 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
                 after=call.last_event_id,
                 snapshot=False,
                 keep_open_through=outcome.seq_before,
+                caller=call.caller,
             )
         if outcome.duplicate:
             # A resent message resuming from an id its stream never sent.
@@ -184,10 +188,14 @@ async def send_streaming_message(call, request: pb.SendMessageRequest, *, send=m
         # first entry is the Task as the accept stored it: sent from here, not read back.
         first = (1, {"task": outcome.snapshot})
         hold = outcome.task.reply == Task.Reply.OPEN
-        return _stream(outcome.task.pk, after=1, snapshot=False, first=first, hold_first=hold)
+        return _stream(
+            outcome.task.pk, after=1, snapshot=False, first=first, hold_first=hold, caller=call.caller
+        )
     # A resent message whose agent has not spoken yet may still answer with a Message alone.
     hold = outcome.task.reply == Task.Reply.OPEN
-    return _stream(outcome.task.pk, after=None, snapshot=True, hold_first=hold, accepted=outcome)
+    return _stream(
+        outcome.task.pk, after=None, snapshot=True, hold_first=hold, accepted=outcome, caller=call.caller
+    )
 
 
 @takes_pending_call
@@ -222,7 +230,7 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
             raise _beyond_log(call.last_event_id, task.event_seq)
         # Resuming: what the client missed, then live events. A client that saw
         # the final event gets an empty stream that closes at once.
-        return _stream(task.pk, after=call.last_event_id, snapshot=False)
+        return _stream(task.pk, after=call.last_event_id, snapshot=False, caller=call.caller)
     if task.is_terminal:
         raise UnsupportedOperationError(
             message=f"Task {task.id} is in a terminal state; nothing to subscribe to"
@@ -234,7 +242,40 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
     except Task.DoesNotExist:
         raise TaskNotFoundError() from None
     # A subscriber to a task waiting for input stays on until the task moves on.
-    return _stream(task.pk, after=None, snapshot=True, wait_past_interruption=True, read=now)
+    return _stream(
+        task.pk, after=None, snapshot=True, wait_past_interruption=True, read=now, caller=call.caller
+    )
+
+
+class Recheck:
+    """A stream outlives its request: its caller's credentials are checked again as it goes.
+
+    Every A2A_STREAM_RECHECK seconds at most, before the next event or
+    heartbeat (so at least once a heartbeat on a quiet stream): a token revoked
+    or expired, a session signed out, a person who left the tenant, an agent no
+    longer public ends the stream with the refusal (protocol/auth.py) its
+    binding frames. A database that does not answer ends nothing: the stream
+    goes on, as it does through an outage, and the next event checks again.
+    """
+
+    def __init__(self, caller: Caller | None):
+        self.caller = caller
+        self.checked_at = time.monotonic()
+
+    async def when_due(self) -> None:
+        """Raises CallerRefused if the check is due and the credentials no longer hold."""
+        if self.caller is None or self.caller.recheck is None:
+            return
+        if time.monotonic() - self.checked_at < settings.A2A_STREAM_RECHECK:
+            return
+        try:
+            await db(self.caller.recheck)
+        except CALLER_REFUSED as exc:
+            raise CallerRefused(self.caller.agent, exc) from None
+        except UNAVAILABLE_ERRORS as exc:
+            logger.warning("Could not check a stream's credentials again: %r", exc)
+            return
+        self.checked_at = time.monotonic()
 
 
 def _log_end(task_pk) -> int:
@@ -258,11 +299,13 @@ async def _stream(
     accepted: SendOutcome | None = None,
     keep_open_through: int = 0,
     read: tuple[int, dict] | None = None,
+    caller: Caller | None = None,
 ) -> AsyncIterator:
     """The task's events as (seq, payload), after `after`: the log, then live.
 
     keep_open_through: as for events.follow.
     read: the snapshot (send_answer_at), read already.
+    caller: whose credentials are checked again while the stream lasts (Recheck).
 
     snapshot: first the task as it is now (`after` is then its log position).
     first: the log entry at `after`, already in hand (a new task's Task).
@@ -295,16 +338,20 @@ async def _stream(
             held = first
         else:
             yield first
-    async for item in follow(task_pk, after, keep_open_through=keep_open_through):
-        if item is HEARTBEAT:
+    recheck = Recheck(caller)
+    async with aclosing(follow(task_pk, after, keep_open_through=keep_open_through)) as events:
+        async for item in events:
+            # Raises what the binding ends the stream with, once the caller's credentials are gone.
+            await recheck.when_due()
+            if item is HEARTBEAT:
+                yield item
+                continue
+            seq, payload = item
+            if held is not None:
+                if "message" not in payload:
+                    yield held
+                held = None
             yield item
-            continue
-        seq, payload = item
-        if held is not None:
-            if "message" not in payload:
-                yield held
-            held = None
-        yield item
     if held is not None:
         yield held
 

@@ -104,6 +104,12 @@ def _route(rest: str, verb: str, tenant: str):
 
 
 def error_response(error: A2AError, status: int | None = None, headers: dict | None = None) -> JsonAnswer:
+    code, body = _error_body(error, status)
+    return error_outcome(JsonAnswer(body, status=code, headers=headers), error, status)
+
+
+def _error_body(error: A2AError, status: int | None) -> tuple[int, dict]:
+    """The HTTP status and google.rpc.Status body of `error`, answered with `status` if given."""
     code, body = rest_error(error)
     if status is not None:
         code = body["error"]["code"] = status
@@ -112,7 +118,13 @@ def error_response(error: A2AError, status: int | None = None, headers: dict | N
             403: "PERMISSION_DENIED",
             405: "UNIMPLEMENTED",
         }.get(status, body["error"]["status"])
-    return error_outcome(JsonAnswer(body, status=code, headers=headers), error, status)
+    return code, body
+
+
+def _refused_frame(refused: CallerRefused) -> dict:
+    """The last event of a stream whose caller's credentials went away: the refusal's Status body."""
+    status, error, _challenge = refusal(refused.reason, refused.agent)
+    return _error_body(error, status)[1]
 
 
 def _body(request) -> dict:
@@ -199,7 +211,8 @@ async def _answer(request, tenant: str, agent: str, rest: str):
         parse = functools.partial(_parse, request, request_type, path_params)
         call, params = await call_and_params(request, tenant, agent, method_name, operation, parse)
         if streaming:
-            return sse_response(await operation(call, params), lambda payload: payload)
+            events = await operation(call, params)
+            return sse_response(events, lambda payload: payload, refused=_refused_frame)
         return JsonAnswer(await operation(call, params))
     except RequestDataTooBig:
         # Over DATA_UPLOAD_MAX_MEMORY_SIZE (the A2A_MAX_REQUEST_BYTES setting): Django refuses to read it.

@@ -17,6 +17,7 @@ from a2a.compat.v0_3 import types as types_v03
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotFoundError
 
 from tasks_app.db import UNAVAILABLE_ERRORS, db
+from tasks_app.protocol.auth import CALLER_REFUSED
 from tasks_app.protocol.errors import (
     QuotaExceeded,
     StoreUnavailable,
@@ -24,7 +25,7 @@ from tasks_app.protocol.errors import (
     store_unavailable,
     unavailable_headers,
 )
-from tasks_app.protocol.http import CALLER_REFUSED, refusal
+from tasks_app.protocol.http import refusal
 from tasks_app.protocol.legacy import draft, v03
 from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
 from tasks_app.protocol.validation import check_int32

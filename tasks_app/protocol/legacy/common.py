@@ -22,9 +22,10 @@ from tasks_app.events import HEARTBEAT
 from tasks_app.metrics import error_outcome
 from tasks_app.models import Artifact, DraftTaskAlias, Task
 from tasks_app.protocol import operations
+from tasks_app.protocol.auth import CallerRefused
 from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
-from tasks_app.protocol.http import call_for
+from tasks_app.protocol.http import call_for, refusal
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import (
     check_request,
@@ -81,6 +82,10 @@ class Exchange:
                 async for item in items:
                     yield item
             except A2AError as error:
+                yield None, {"error": legacy_error(error, codes, aliases)}
+            except CallerRefused as refused:
+                # The caller's credentials went away while the stream was open (operations.Recheck).
+                error = refusal(refused.reason, refused.agent)[1]
                 yield None, {"error": legacy_error(error, codes, aliases)}
             except Exception:
                 logger.exception("Legacy stream %r failed", request_id)

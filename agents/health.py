@@ -17,7 +17,7 @@ from datetime import datetime
 from django.core.cache import cache
 from django.utils import timezone
 
-from agents.outbound import deadline
+from agents.outbound import deadline, lookups_for
 from agents.registry import (
     ConfigInvalid,
     HandlerNotAvailable,
@@ -81,7 +81,7 @@ def _check(agent) -> AgentHealth:
         load_handler(agent.handler)
     except HandlerNotAvailable as exc:
         return _refused(f"Its handler is missing: {exc}.")
-    with deadline(CHECK_TIMEOUT):
+    with deadline(CHECK_TIMEOUT), lookups_for(agent.tenant_id):
         return _checked(agent)
 
 

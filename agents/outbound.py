@@ -51,17 +51,21 @@ METADATA_ADDRESSES = frozenset(
 # How long a name may take to resolve when the caller has no deadline of its own.
 LOOKUP_TIMEOUT = 10.0
 # How many names may be looked up at once (each lookup holds a thread of its own, for as long
-# as the system resolver waits on a silent DNS server), and how many of them under one domain
-# (its registrable domain by the Public Suffix List: example.co.uk, alice.github.io): a tenant
-# whose webhook names a domain that never answers does not use up every lookup of the process.
-# Callers asking for a name already being looked up share it.
+# as the system resolver waits on a silent DNS server), how many of them under one domain
+# (its registrable domain by the Public Suffix List: example.co.uk, alice.github.io), and how
+# many for one tenant (lookups_for()): a tenant whose webhooks name domains that never answer,
+# one or many, does not use up every lookup of the process. Callers asking for a name already
+# being looked up share it (it counts for the tenant that started it).
 MAX_LOOKUPS = 64
 MAX_LOOKUPS_PER_DOMAIN = 8
+MAX_LOOKUPS_PER_TENANT = 16
 _pending_lock = threading.Lock()
 _pending: dict[str, "_Lookup"] = {}
 # When every lookup in a block must end (deadline()); none outside one.
 # When the enclosing deadline() ends, and the seconds it was given (what a refusal names).
 _deadline: ContextVar[tuple[float, float]] = ContextVar("outbound_deadline", default=(math.inf, math.inf))
+# Whose the lookups are: the tenant (its pk) whose webhook, proxy agent or card they are for.
+_tenant: ContextVar[object] = ContextVar("outbound_tenant", default=None)
 # The name lookup. A module attribute so that a test can put a resolver on loopback in its place.
 getaddrinfo = socket.getaddrinfo
 
@@ -284,6 +288,21 @@ def deadline(seconds: float):
         _deadline.reset(token)
 
 
+@contextmanager
+def lookups_for(tenant_pk):
+    """The lookups in the block are the tenant's: it may have MAX_LOOKUPS_PER_TENANT waiting at once."""
+    token = _tenant.set(tenant_pk)
+    try:
+        yield
+    finally:
+        _tenant.reset(token)
+
+
+def lookups_charged_to(tenant_pk) -> None:
+    """lookups_for() for the rest of the current asyncio task, whose context is its own (a turn's)."""
+    _tenant.set(tenant_pk)
+
+
 def time_left(timeout: float) -> float:
     """`timeout`, or what is left of the enclosing deadline() if that ends sooner."""
     return max(0.0, min(timeout, _deadline.get()[0] - time.monotonic()))
@@ -301,8 +320,9 @@ def _timeout_named(timeout: float) -> float:
 class _Lookup:
     """One name's getaddrinfo on a thread of its own; its answer or its exception once done."""
 
-    def __init__(self, domain: str):
+    def __init__(self, domain: str, tenant):
         self.domain = domain
+        self.tenant = tenant
         self.done = threading.Event()
         self.answer: list | BaseException | None = None
 
@@ -346,13 +366,11 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
             # The check's time is gone (its earlier steps took it): no lookup is started for nothing.
             raise UrlRefused(f"the host '{host}' was not looked up: the check ran out of time before it")
         if lookup is None:
-            domain = _domain(name)
-            if len(_pending) >= MAX_LOOKUPS or (
-                sum(1 for other in _pending.values() if other.domain == domain) >= MAX_LOOKUPS_PER_DOMAIN
-            ):
+            lookup = _Lookup(_domain(name), _tenant.get())
+            if _crowded(lookup):
                 busy = "too many lookups are waiting on DNS; try again later"
                 raise UrlRefused(f"the host '{host}' was not looked up: {busy}")
-            lookup = _pending[name] = _Lookup(domain)
+            _pending[name] = lookup
             _start(lookup, name, host, port)
     if not lookup.done.wait(timeout):
         raise UrlRefused(f"the host '{host}' did not resolve within {named:.3g} s")
@@ -364,6 +382,17 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
     if isinstance(answer, BaseException):
         raise UrlRefused(f"the host '{host}' could not be looked up") from answer
     return [info[4][0] for info in answer]
+
+
+def _crowded(lookup: _Lookup) -> bool:
+    """Whether the process, the lookup's domain or its tenant has all the lookups it may have waiting."""
+    if len(_pending) >= MAX_LOOKUPS:
+        return True
+    if sum(1 for other in _pending.values() if other.domain == lookup.domain) >= MAX_LOOKUPS_PER_DOMAIN:
+        return True
+    if lookup.tenant is None:
+        return False
+    return sum(1 for other in _pending.values() if other.tenant == lookup.tenant) >= MAX_LOOKUPS_PER_TENANT
 
 
 def _start(lookup: _Lookup, name: str, host: str, port: int) -> None:

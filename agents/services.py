@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from agents.models import Agent
+from agents.outbound import lookups_for
 from agents.registry import available_handlers, handler_defaults
 from agents.remote_cards import CardUnavailable, RemoteCard, card_fetch, card_url_of
 from tenants.audit import audit_record
@@ -69,13 +70,15 @@ def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fie
     return agent
 
 
-def agent_import_preview(card_url: str) -> RemoteCard:
+def agent_import_preview(card_url: str, *, tenant: Tenant) -> RemoteCard:
     """Fetch a remote agent's card (through the outbound screen) to show before importing it.
 
-    Raises ValidationError on `card_url` saying why the card cannot be used.
+    Its lookups count as the tenant's. Raises ValidationError on `card_url` saying
+    why the card cannot be used.
     """
     try:
-        remote = card_fetch(card_url.strip())
+        with lookups_for(tenant.pk):
+            remote = card_fetch(card_url.strip())
     except CardUnavailable as exc:
         raise ValidationError({"card_url": str(exc)}) from None
     if not remote.jsonrpc_url:
@@ -95,7 +98,7 @@ def agent_import(
     card's JSON-RPC interface. Callers reach it under this tenant's credentials
     when `visibility` is authenticated.
     """
-    remote = agent_import_preview(card_url)
+    remote = agent_import_preview(card_url, tenant=tenant)
     card = remote.card
     config = {"url": remote.jsonrpc_url}
     if card_url.strip() != card_url_of(remote.jsonrpc_url):

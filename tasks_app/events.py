@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES
 HEARTBEAT = object()
+# follow() found nothing new for a while (at most every QUIET_WAIT seconds); not sent to anyone.
+QUIET = object()
+# The longest a reader waits without looking at the log (it heals a notification lost between processes).
+QUIET_WAIT = 5.0
 # While the channel layer is unreachable, readers look at the log this often.
 DEGRADED_POLL = 0.5
 # Seconds a reader that could not join waits to give its channel back.
@@ -249,7 +253,8 @@ async def follow(
     after the reader's position and the task is over (a reader that resumed
     after the final event, or a task that is gone). A task waiting for input
     keeps its reader on. Yields HEARTBEAT when nothing happened for
-    `heartbeat` seconds.
+    `heartbeat` seconds, and QUIET at each other quiet wait's end (for the
+    reader's own checks).
     """
     heartbeat = heartbeat or settings.A2A_SSE_HEARTBEAT
     loop = asyncio.get_running_loop()
@@ -279,14 +284,14 @@ async def follow(
                 if not events and (state is None or state in TERMINAL_STATES):
                     return
                 from_log = False
-            # Never wait longer than a few seconds without looking at the log:
-            # it heals a notification lost between processes.
-            message = await feed.receive(timeout=min(heartbeat, 5.0))
+            message = await feed.receive(timeout=min(heartbeat, QUIET_WAIT))
             if message is None:
                 from_log = True
                 if loop.time() - quiet_since >= heartbeat:
                     quiet_since = loop.time()
                     yield HEARTBEAT
+                else:
+                    yield QUIET
                 continue
             for seq, payload in live_events(message):
                 if seq <= last:
@@ -335,7 +340,7 @@ async def wait_until_settled(
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return None
-            message = await feed.receive(timeout=min(remaining, 5.0))
+            message = await feed.receive(timeout=min(remaining, QUIET_WAIT))
             # Only a quiet spell (or a lost subscription) sends us back to the database.
             check_store = message is None
             events = [(seq, payload) for seq, payload in live_events(message) if seq > after_seq]

@@ -34,7 +34,15 @@ from django.db.models import F, Q
 from django.utils import timezone
 from structlog.contextvars import bound_contextvars
 
-from agents.outbound import HEADER_VALUE_RE, Target, UrlRefused, http_error_text, url_check, url_syntax_check
+from agents.outbound import (
+    HEADER_VALUE_RE,
+    Target,
+    UrlRefused,
+    http_error_text,
+    lookups_for,
+    url_check,
+    url_syntax_check,
+)
 from tasks_app import engine, metrics
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.commits import atomic_checked, rechecked
@@ -358,9 +366,10 @@ def _post(delivery: PushDelivery) -> tuple[int | None, str]:
     try:
         # Checked again at send time: the host's DNS may have changed since the config was made.
         # A DNS server that never answers fails the attempt.
-        target = url_check(
-            config.url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS, timeout=settings.PUSH_TIMEOUT
-        )
+        with lookups_for(config.tenant_id):
+            target = url_check(
+                config.url, allow_private=settings.PUSH_ALLOW_PRIVATE_NETWORKS, timeout=settings.PUSH_TIMEOUT
+            )
     except UrlRefused as exc:
         return None, f"URL refused: {exc}"
     headers = {

@@ -204,7 +204,7 @@ def child_env(db_settings: dict, extra: dict | None = None) -> dict[str, str]:
     env.setdefault("PUSH_RETRY_MAX_DELAY", "1.0")
     env["A2A_EXTRA_HANDLERS"] += ",push-ask=tests.tasks_app.push_handlers.AskOnceExecutor"
     # Open streams check their caller again this often (tests/platform/test_stream_revocation.py).
-    env.setdefault("A2A_STREAM_RECHECK", str(STREAM_RECHECK))
+    env["A2A_STREAM_RECHECK"] = str(STREAM_RECHECK)
     if env.get("REDIS_URL"):
         # Web and worker processes report one view on /metrics (prometheus_client multiprocess mode).
         env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(session_metrics_dir()))

@@ -35,8 +35,12 @@ RECHECK_SECONDS = 10.0
 CLOSE_REVOKED = 4403
 # Refused at connect: not a member, or no such tenant.
 CLOSE_REFUSED = 4404
-# The sign-in the socket opened with is over (signed out, expired, password changed).
+# The sign-in the socket opened with is over (signed out, expired, password changed). The
+# page opens a new socket: a browser that changed its password or signed in again holds a
+# new session key, and its new socket is accepted; one signed out gets CLOSE_NO_SIGN_IN.
 CLOSE_SIGNED_OUT = 4401
+# Opened without a sign-in: the page says it is signed out, and stops trying.
+CLOSE_NO_SIGN_IN = 4402
 
 
 def session_group_name(session_key: str) -> str:
@@ -72,6 +76,12 @@ class TenantFeedConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         slug = self.scope["url_route"]["kwargs"]["tenant"]
+        if not self.scope["user"].is_authenticated:
+            # Accepted first, for the close code to reach the page (a handshake refused is 1006
+            # there, which it retries).
+            await self.accept()
+            await self.close(code=CLOSE_NO_SIGN_IN)
+            return
         access, user_pk = await database_sync_to_async(_connect_access)(self.scope["user"], slug)
         if access is None:
             # Same refusal for "not a member" and "no such tenant".

@@ -194,7 +194,7 @@ def _session_recheck(user_pk, session_key: str, agent: Agent) -> None:
 
 def _still_public(agent_pk) -> None:
     """Raises CallerUnauthenticated once the agent an anonymous caller called is no longer public."""
-    if not Agent.objects.filter(pk=agent_pk, enabled=True, visibility=Agent.Visibility.PUBLIC).exists():
+    if not Agent.objects.filter(pk=agent_pk, visibility=Agent.Visibility.PUBLIC).exists():
         raise CallerUnauthenticated()
 
 

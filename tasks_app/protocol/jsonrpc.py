@@ -1,5 +1,6 @@
 """The JSON-RPC 2.0 binding at /a2a/<tenant>/<agent>/."""
 
+import functools
 import logging
 
 from a2a.utils.errors import (
@@ -16,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.metrics import error_outcome, name_method, observe_requests
 from tasks_app.protocol import legacy, operations
+from tasks_app.protocol.auth import CallerRefused
 from tasks_app.protocol.errors import (
     RequestContentTypeNotSupported,
     jsonrpc_error,
@@ -24,7 +26,6 @@ from tasks_app.protocol.errors import (
     unavailable_headers,
 )
 from tasks_app.protocol.http import (
-    CallerRefused,
     NoAgent,
     call_and_params,
     check_version_legacy,
@@ -45,6 +46,12 @@ KNOWN_METHODS = frozenset(operations.METHODS) | legacy.LEGACY_METHODS
 def error_response(request_id, error: A2AError, status: int = 200, headers: dict | None = None) -> JsonAnswer:
     body = {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
     return error_outcome(JsonAnswer(body, status=status, headers=headers), error, status)
+
+
+def _refused_frame(request_id, refused: CallerRefused) -> dict:
+    """The last event of a stream whose caller may no longer call: the refusal, as a JSON-RPC error."""
+    _status, error, _challenge = refusal(refused.reason, refused.agent)
+    return {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
 
 
 def _request_id(body) -> str | int | None:
@@ -132,11 +139,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
             return sse_response(
                 events,
                 lambda payload: {"jsonrpc": "2.0", "id": request_id, "result": payload},
-                refused=lambda refused: {
-                    "jsonrpc": "2.0",
-                    "id": request_id,
-                    "error": jsonrpc_error(refusal(refused.reason, refused.agent)[1]),
-                },
+                refused=functools.partial(_refused_frame, request_id),
             )
         result = await operation(call, params)
         return JsonAnswer({"jsonrpc": "2.0", "id": request_id, "result": result})

@@ -18,10 +18,11 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedO
 from django.conf import settings
 
 from agents.cards import card_dict
+from agents.models import Agent
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.commits import CommitUnknown
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.events import HEARTBEAT, Feed, follow, payload_state, wait_until_settled
+from tasks_app.events import HEARTBEAT, QUIET, Feed, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
 from tasks_app.protocol.auth import CALLER_REFUSED, CallerRefused, check_tenant
 from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
@@ -248,34 +249,44 @@ async def subscribe_to_task(call: Call, request: pb.SubscribeToTaskRequest) -> A
 
 
 class Recheck:
-    """A stream outlives its request: its caller's credentials are checked again as it goes.
+    """A stream outlives its request: its caller is judged again as it goes.
 
-    Every A2A_STREAM_RECHECK seconds at most, before the next event or
-    heartbeat (so at least once a heartbeat on a quiet stream): a token revoked
-    or expired, a session signed out, a person who left the tenant, an agent no
-    longer public ends the stream with the refusal (protocol/auth.py) its
-    binding frames. A database that does not answer ends nothing: the stream
-    goes on, as it does through an outage, and the next event checks again.
+    At most every A2A_STREAM_RECHECK seconds, before the next event, heartbeat or
+    quiet moment (events.QUIET, every few seconds). A token revoked or expired, a session
+    signed out, a person who left the tenant, an agent no longer public: the
+    stream ends with the refusal (protocol/auth.py) its binding frames. An agent
+    disabled or deleted: the stream ends, and a reconnect hears "no agent". A
+    database that does not answer ends nothing: the stream goes on, as it does
+    through an outage, and the next event checks again.
     """
 
     def __init__(self, caller: Caller | None):
         self.caller = caller
         self.checked_at = time.monotonic()
 
-    async def when_due(self) -> None:
-        """Raises CallerRefused if the check is due and the credentials no longer hold."""
+    async def still_served(self) -> bool:
+        """False once the agent is no longer served; raises CallerRefused once the caller may not call."""
         if self.caller is None or self.caller.recheck is None:
-            return
+            return True
         if time.monotonic() - self.checked_at < settings.A2A_STREAM_RECHECK:
-            return
+            return True
         try:
-            await db(self.caller.recheck)
+            served = await db(_judged_again, self.caller)
         except CALLER_REFUSED as exc:
             raise CallerRefused(self.caller.agent, exc) from None
         except UNAVAILABLE_ERRORS as exc:
-            logger.warning("Could not check a stream's credentials again: %r", exc)
-            return
+            logger.warning("Could not check a stream's caller again: %r", exc)
+            return True
         self.checked_at = time.monotonic()
+        return served
+
+
+def _judged_again(caller: Caller) -> bool:
+    """Whether the caller's agent is still served; raises one of CALLER_REFUSED if the caller may not call."""
+    if not Agent.objects.filter(pk=caller.agent.pk, enabled=True).exists():
+        return False
+    caller.recheck()
+    return True
 
 
 def _log_end(task_pk) -> int:
@@ -341,8 +352,11 @@ async def _stream(
     recheck = Recheck(caller)
     async with aclosing(follow(task_pk, after, keep_open_through=keep_open_through)) as events:
         async for item in events:
-            # Raises what the binding ends the stream with, once the caller's credentials are gone.
-            await recheck.when_due()
+            # Raises what the binding ends the stream with, once the caller may no longer call.
+            if not await recheck.still_served():
+                return
+            if item is QUIET:
+                continue
             if item is HEARTBEAT:
                 yield item
                 continue

@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from tasks_app.db import UNAVAILABLE_ERRORS
 from tasks_app.metrics import error_outcome, name_method, observe_requests
 from tasks_app.protocol import operations
+from tasks_app.protocol.auth import CallerRefused
 from tasks_app.protocol.errors import (
     RequestContentTypeNotSupported,
     rest_error,
@@ -28,7 +29,6 @@ from tasks_app.protocol.errors import (
     unavailable_headers,
 )
 from tasks_app.protocol.http import (
-    CallerRefused,
     NoAgent,
     call_and_params,
     is_json_content_type,

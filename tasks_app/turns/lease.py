@@ -113,6 +113,8 @@ class Turn:
     timeout: float
     # The agent's handler name, for the turn metrics.
     handler: str = ""
+    # The task's tenant: the agent's outbound lookups count as its (agents/outbound.py).
+    tenant_pk: int | None = None
     lease: LeaseClock = field(default_factory=LeaseClock, compare=False, repr=False)
 
 

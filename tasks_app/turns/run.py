@@ -8,6 +8,7 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
+from agents.outbound import lookups_charged_to
 from agents.registry import HandlerNotAvailable
 from tasks_app import engine, metrics
 from tasks_app.db import UNAVAILABLE_ERRORS, db
@@ -70,6 +71,8 @@ async def turn_drive(task_pk, message_pk: int) -> None:
         if setup is None:
             return
         turn, executor, request_context, view = setup
+        # What the agent looks up (an a2a_proxy's remote) counts as its tenant's, for this whole turn.
+        lookups_charged_to(turn.tenant_pk)
         queue = TurnEventQueue(turn, view)
         if isinstance(executor, Exception):
             failed, executor = executor, None

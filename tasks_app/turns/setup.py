@@ -157,6 +157,7 @@ def _prepare(task_pk, message_pk: int, claim: Claim, loaded: tuple[Task, TaskVie
         attempt=user_message.turn_attempts,
         timeout=float(task.agent.turn_timeout),
         handler=task.agent.handler,
+        tenant_pk=task.tenant_id,
     )
     turn.lease.renewed(claim.clock)
     if task.is_terminal:

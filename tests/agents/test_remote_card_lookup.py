@@ -29,6 +29,7 @@ from agents.models import Agent
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, card_fetch, card_parse
 from agents.services import agent_import_preview
+from tenants.models import Tenant
 from tests import dns_server
 from tests.dns_server import finishes_within
 
@@ -59,7 +60,8 @@ def test_a_card_url_dns_never_answers_is_refused_within_the_fetch_timeout(silent
 def test_importing_from_a_host_dns_never_answers_is_an_error_on_card_url(silent_dns):
     # What the import API and the console's form answer with (a 400 on card_url), not a 500 or a hang.
     with pytest.raises(ValidationError) as invalid:
-        finishes_within(15, agent_import_preview, "https://agent.silent.test/.well-known/agent-card.json")
+        url = "https://agent.silent.test/.well-known/agent-card.json"
+        finishes_within(15, agent_import_preview, url, tenant=Tenant(pk=1))
     assert invalid.value.message_dict == {
         "card_url": ["The card URL is refused: the host 'agent.silent.test' did not resolve within 5 s."]
     }

@@ -335,3 +335,37 @@ def test_a_password_changed_elsewhere_ends_the_feed_before_the_next_note(server,
     # A note comes before the close on the socket: one forwarded would be here by now.
     assert hidden not in live.tasks()
     assert first in live.tasks()
+
+
+# Counts the feed sockets the page opens (window.__sockets).
+COUNT_SOCKETS = """(() => {
+    const Native = window.WebSocket;
+    window.__sockets = 0;
+    window.WebSocket = function (...args) { window.__sockets += 1; return new Native(...args); };
+})();"""
+
+
+def test_a_password_changed_in_the_same_browser_keeps_the_page_live(server, sign_in, start_task):
+    root = f"root-{uuid.uuid4().hex[:8]}"
+    orm(lambda: get_user_model().objects.create_superuser(username=root, password=PASSWORD))
+    admin = sign_in(root, lands_on=lambda url: "/console/login" not in url, init_script=COUNT_SOCKETS)
+    admin.goto("/console/t/acme/")
+    wait_live(admin)
+    opened_at = time.monotonic()
+    assert admin.evaluate("window.__sockets") == 1
+    # Django keeps this browser signed in under a new session key, and deletes the old one's record.
+    other_tab = admin.context.new_page()
+    other_tab.goto("/admin/password_change/")
+    other_tab.locator("#id_old_password").fill(PASSWORD)
+    other_tab.locator("#id_new_password1").fill(PASSWORD + "-changed")
+    other_tab.locator("#id_new_password2").fill(PASSWORD + "-changed")
+    other_tab.get_by_role("button", name="Change my password").click()
+    expect(other_tab.locator("body")).to_contain_text("Your password was changed")
+
+    # The next check finds the old key gone and closes the socket; the page's new socket, on the
+    # new key, is accepted. (Closed with 4401 and not opened again, the page said "Signed out".)
+    time.sleep(max(0.0, RECHECK_SECONDS + 0.5 - (time.monotonic() - opened_at)))
+    start_task()
+    admin.wait_for_function("() => window.__sockets === 2", timeout=NOTE_WITHIN * 1000)
+    wait_live(admin)
+    expect(admin.locator("#live-state")).to_have_text("● Live")

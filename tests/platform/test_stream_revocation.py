@@ -80,16 +80,20 @@ def _answer(trio, task_id: str) -> None:
 
 
 def _subscribe(trio, binding: str, task_id: str, token: str):
-    if binding == "jsonrpc":
-        body = {"jsonrpc": "2.0", "id": "sub", "method": "SubscribeToTask", "params": {"id": task_id}}
+    if binding in ("jsonrpc", "v03"):
+        # A2A 1.0's method, or 0.3's (sent without an A2A-Version header).
+        method, headers = "SubscribeToTask", _headers(trio, token)
+        if binding == "v03":
+            method, headers = "tasks/resubscribe", trio.auth(token)
+        body = {"jsonrpc": "2.0", "id": "sub", "method": method, "params": {"id": task_id}}
         return httpx.stream(
-            "POST", f"{trio.base_url}/a2a/acme/asker/", json=body, headers=_headers(trio, token), timeout=30
+            "POST", f"{trio.base_url}/a2a/acme/asker/", json=body, headers=headers, timeout=30
         )
     url = f"{trio.base_url}/a2a/acme/asker/rest/tasks/{task_id}:subscribe"
     return httpx.stream("GET", url, headers=_headers(trio, token), timeout=30)
 
 
-@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "v03"])
 def test_a_stream_whose_token_is_revoked_ends_before_the_tasks_next_events(trio, asker, binding):
     token = trio.client_credentials_token(trio.clients["acme"]).json()["access_token"]
     task_id = _waiting_task(trio, token)
@@ -108,7 +112,7 @@ def test_a_stream_whose_token_is_revoked_ends_before_the_tasks_next_events(trio,
     # The old code went on: the answer's artifact and the completion came down the revoked stream.
     assert ANSWER not in json.dumps(rest)
     assert len(rest) == 1, rest
-    if binding == "jsonrpc":
+    if binding in ("jsonrpc", "v03"):
         assert rest[0]["id"] == "sub" and "result" not in rest[0]
         assert rest[0]["error"]["code"] == -32600
         assert rest[0]["error"]["message"] == "The access token is invalid, expired or revoked"
@@ -182,6 +186,7 @@ def test_an_anonymous_stream_ends_when_its_agent_stops_being_public(trio):
         defaults={"name": "Open asker", "handler": "push-ask", "visibility": Agent.Visibility.PUBLIC},
     )
     url = f"{trio.base_url}/a2a/acme/open-asker/"
+    browser = Client()
     try:
         asked = httpx.post(
             url,
@@ -199,7 +204,6 @@ def test_an_anonymous_stream_ends_when_its_agent_stops_being_public(trio):
             Agent.objects.filter(pk=agent.pk).update(visibility=Agent.Visibility.AUTHENTICATED)
             time.sleep(STREAM_RECHECK * 2)
             # bob, an operator, answers the anonymous caller's question from his browser session.
-            browser = Client()
             browser.force_login(trio.users["bob"])
             csrf = "c" * 32
             answered = httpx.post(
@@ -219,7 +223,41 @@ def test_an_anonymous_stream_ends_when_its_agent_stops_being_public(trio):
             )
             rest = list(frames)
     finally:
+        browser.logout()
         agent.delete()
     assert ANSWER not in json.dumps(rest)
     assert [frame["error"]["code"] for frame in rest] == [-32600], rest
     assert rest[0]["error"]["message"].startswith("Authentication required")
+
+
+def _frames_within(stream, seconds: float):
+    """The stream's data frames; the test fails if it is still open after `seconds` (read at each line)."""
+    ends = time.monotonic() + seconds
+    for line in stream.iter_lines():
+        if time.monotonic() > ends:
+            pytest.fail(f"the stream was still open after {seconds:g} s")
+        if line.startswith("data: "):
+            yield json.loads(line[len("data: ") :])
+
+
+def test_a_stream_ends_when_its_agent_is_disabled(trio, asker):
+    token = trio.client_credentials_token(trio.clients["acme"]).json()["access_token"]
+    task_id = _waiting_task(trio, token)
+    try:
+        with _subscribe(trio, "jsonrpc", task_id, token) as stream:
+            # The old code kept it open while the task waited (a heartbeat every 15 s, for ever).
+            frames = _frames_within(stream, 12)
+            assert next(frames)["result"]["task"]["id"] == task_id
+            Agent.objects.filter(tenant=trio.tenants["acme"], slug=asker).update(enabled=False)
+            rest = list(frames)
+        assert rest == []
+        # A reconnect hears why.
+        again = httpx.post(
+            f"{trio.base_url}/a2a/acme/asker/",
+            json={"jsonrpc": "2.0", "id": 3, "method": "SubscribeToTask", "params": {"id": task_id}},
+            headers=_headers(trio, token),
+            timeout=30,
+        )
+        assert again.json()["error"]["message"] == "No agent at this URL"
+    finally:
+        Agent.objects.filter(tenant=trio.tenants["acme"], slug=asker).update(enabled=True)

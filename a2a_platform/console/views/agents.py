@@ -180,7 +180,7 @@ def agent_import_view(request):
                 )
                 messages.success(request, f"Agent {agent.name} is imported and serving.")
                 return redirect("console:agent", tenant=tenant.slug, slug=agent.slug)
-            preview = _import_preview(tenant, form, agent_import_preview(data["card_url"]))
+            preview = _import_preview(tenant, form, agent_import_preview(data["card_url"], tenant=tenant))
         except ValidationError as exc:
             _add_errors(form, exc)
     return render_console(request, "console/agents/import.html", {"form": form, "preview": preview})

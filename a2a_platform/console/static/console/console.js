@@ -180,7 +180,10 @@
     socket.onclose = function (event) {
       if (event.code === 4404) { setState("refused", "Live updates unavailable"); return; }
       if (event.code === 4403) { setState("refused", "You no longer have access to this tenant"); return; }
-      if (event.code === 4401) { setState("refused", "Signed out"); return; }
+      // The sign-in this socket had is over. This browser may hold a new one (a password
+      // changed here, signed in again): a new socket finds out, and is refused with 4402 if not.
+      if (event.code === 4401) { connect(); return; }
+      if (event.code === 4402) { setState("refused", "Signed out"); return; }
       setState("closed", "Offline, retrying…");
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 15000);

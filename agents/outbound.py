@@ -65,7 +65,7 @@ _pending: dict[str, "_Lookup"] = {}
 # When the enclosing deadline() ends, and the seconds it was given (what a refusal names).
 _deadline: ContextVar[tuple[float, float]] = ContextVar("outbound_deadline", default=(math.inf, math.inf))
 # Whose the lookups are: the tenant (its pk) whose webhook, proxy agent or card they are for.
-_tenant: ContextVar[object] = ContextVar("outbound_tenant", default=None)
+_tenant: ContextVar[int | None] = ContextVar("outbound_tenant", default=None)
 # The name lookup. A module attribute so that a test can put a resolver on loopback in its place.
 getaddrinfo = socket.getaddrinfo
 

@@ -52,7 +52,8 @@ def agent_register(*, tenant: Tenant, actor: str, slug: str, handler: str, **fie
             setattr(agent, name, value)
     # Outside the transaction: a handler's config check may resolve DNS (an a2a_proxy URL),
     # and SQLite holds its write lock from the transaction's first statement.
-    agent.full_clean(validate_unique=False, validate_constraints=False)
+    with lookups_for(tenant.pk):
+        agent.full_clean(validate_unique=False, validate_constraints=False)
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -129,7 +130,8 @@ def agent_update(*, agent: Agent, actor: str, **fields) -> Agent:
     for name, value in changed.items():
         setattr(agent, name, value)
     # Outside the transaction, as in agent_register.
-    agent.full_clean(validate_unique=False, validate_constraints=False)
+    with lookups_for(agent.tenant_id):
+        agent.full_clean(validate_unique=False, validate_constraints=False)
     if agent.visibility == visibility_before:
         changed.pop("visibility", None)
     others = sorted(set(changed) - {"visibility"})

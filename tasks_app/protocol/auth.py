@@ -192,6 +192,18 @@ def _session_recheck(user_pk, session_key: str, agent: Agent) -> None:
         raise CallerUnauthenticated("The session is over, or no longer has this agent's tenant")
 
 
+def judged_again(caller: Caller) -> bool:
+    """For a stream that outlives its request: whether its agent is still served and its caller may call.
+
+    False once the agent is disabled or deleted; raises one of CALLER_REFUSED
+    once the caller's credentials no longer let it call (Caller.recheck).
+    """
+    if not Agent.objects.filter(pk=caller.agent.pk, enabled=True).exists():
+        return False
+    caller.recheck()
+    return True
+
+
 def _still_public(agent_pk) -> None:
     """Raises CallerUnauthenticated once the agent an anonymous caller called is no longer public."""
     if not Agent.objects.filter(pk=agent_pk, visibility=Agent.Visibility.PUBLIC).exists():

@@ -18,13 +18,12 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedO
 from django.conf import settings
 
 from agents.cards import card_dict
-from agents.models import Agent
 from tasks_app.access import Caller, get_task_for_caller
 from tasks_app.commits import CommitUnknown
 from tasks_app.db import UNAVAILABLE_ERRORS, db
 from tasks_app.events import HEARTBEAT, QUIET, Feed, follow, payload_state, wait_until_settled
 from tasks_app.models import INTERRUPTED_STATES, TERMINAL_STATES, Task
-from tasks_app.protocol.auth import CALLER_REFUSED, CallerRefused, check_tenant
+from tasks_app.protocol.auth import CALLER_REFUSED, CallerRefused, check_tenant, judged_again
 from tasks_app.protocol.call import Call, in_one_trip, takes_pending_call
 from tasks_app.protocol.convert import PROTO_TO_STATE
 from tasks_app.protocol.errors import StoreUnavailable
@@ -271,7 +270,7 @@ class Recheck:
         if time.monotonic() - self.checked_at < settings.A2A_STREAM_RECHECK:
             return True
         try:
-            served = await db(_judged_again, self.caller)
+            served = await db(judged_again, self.caller)
         except CALLER_REFUSED as exc:
             raise CallerRefused(self.caller.agent, exc) from None
         except UNAVAILABLE_ERRORS as exc:
@@ -279,14 +278,6 @@ class Recheck:
             return True
         self.checked_at = time.monotonic()
         return served
-
-
-def _judged_again(caller: Caller) -> bool:
-    """Whether the caller's agent is still served; raises one of CALLER_REFUSED if the caller may not call."""
-    if not Agent.objects.filter(pk=caller.agent.pk, enabled=True).exists():
-        return False
-    caller.recheck()
-    return True
 
 
 def _log_end(task_pk) -> int:
@@ -352,9 +343,10 @@ async def _stream(
     recheck = Recheck(caller)
     async with aclosing(follow(task_pk, after, keep_open_through=keep_open_through)) as events:
         async for item in events:
-            # Raises what the binding ends the stream with, once the caller may no longer call.
+            # Raises what the binding ends the stream with, once the caller may no longer call. An
+            # agent no longer served ends the stream (a held first frame still goes: its task's id).
             if not await recheck.still_served():
-                return
+                break
             if item is QUIET:
                 continue
             if item is HEARTBEAT:

@@ -5,6 +5,7 @@ import logging
 
 from a2a.server.events import EventQueue
 
+from agents.outbound import lookups_for
 from agents.registry import HandlerNotAvailable, build_executor
 from tasks_app import engine
 from tasks_app.db import db
@@ -34,14 +35,17 @@ def agent_cancel(*, task_id: str) -> None:
     The task is already CANCELED in the store; what the agent emits is discarded.
     """
     try:
-        state = Task.objects.values_list("state", flat=True).get(pk=task_id)
+        state, tenant_pk = Task.objects.values_list("state", "tenant_id").get(pk=task_id)
     except Task.DoesNotExist:
         logger.warning("Agent cancel of task %s: the task no longer exists", task_id)
         return
     if state != TaskState.CANCELED:
         logger.warning("Agent cancel of task %s skipped: the task is %s, not canceled", task_id, state)
         return
-    engine.run(cancel_agent(task_id))
+    # What cancel() looks up (an a2a_proxy's remote) counts as the tenant's; the engine loop's
+    # task runs in a copy of this thread's context.
+    with lookups_for(tenant_pk):
+        engine.run(cancel_agent(task_id))
 
 
 def _build_executor_of(task_pk):

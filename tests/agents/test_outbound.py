@@ -151,7 +151,8 @@ def test_callers_of_one_name_share_its_lookup_and_one_domain_cannot_take_every_l
 
 
 def test_one_tenant_cannot_take_every_lookup_whatever_domains_it_names(silent_dns, monkeypatch):
-    # One domain per name, as a tenant with many silent domains of its own would have them.
+    # As if each name were a registrable domain of its own (all are under silent.test here), as a
+    # tenant with many silent domains would have them: only the tenant's cap is left to hold.
     monkeypatch.setattr(outbound, "MAX_LOOKUPS_PER_DOMAIN", outbound.MAX_LOOKUPS)
     cap = outbound.MAX_LOOKUPS_PER_TENANT
     refusals = []

@@ -181,8 +181,9 @@
       if (event.code === 4404) { setState("refused", "Live updates unavailable"); return; }
       if (event.code === 4403) { setState("refused", "You no longer have access to this tenant"); return; }
       // The sign-in this socket had is over. This browser may hold a new one (a password
-      // changed here, signed in again): a new socket finds out, and is refused with 4402 if not.
-      if (event.code === 4401) { connect(); return; }
+      // changed here): a new socket finds out, and is refused with 4402 if not. A moment
+      // later, so that a sign-out has deleted the session by the time the socket opens.
+      if (event.code === 4401) { setState("closed", "Checking the sign-in…"); setTimeout(connect, 1000); return; }
       if (event.code === 4402) { setState("refused", "Signed out"); return; }
       setState("closed", "Offline, retrying…");
       setTimeout(connect, delay);

@@ -7,6 +7,7 @@ down or drops its packets. Other names resolve as usual. At teardown the
 server lets the waiting lookups go (they fail), so no thread is left behind.
 """
 
+import contextlib
 import socket
 import struct
 import threading
@@ -101,6 +102,33 @@ def silent_dns(monkeypatch):
     monkeypatch.setattr(outbound, "getaddrinfo", dns.getaddrinfo)
     yield dns
     dns.close()
+
+
+FULL_TENANT = 1
+
+
+@pytest.fixture
+def full_tenant(silent_dns, monkeypatch):
+    """Tenant FULL_TENANT (a pk) with its whole share of lookups waiting on the silent server.
+
+    Each of its names counts as a registrable domain of its own (all are under silent.test), as a
+    tenant with many silent domains would have them: only the tenant's cap holds. Yields the pk.
+    """
+    monkeypatch.setattr(outbound, "MAX_LOOKUPS_PER_DOMAIN", outbound.MAX_LOOKUPS)
+
+    def look_up(host: str) -> None:
+        with outbound.lookups_for(FULL_TENANT), contextlib.suppress(outbound.UrlRefused):
+            outbound.url_check(f"https://{host}/hook", allow_private=False, timeout=5)
+
+    share = outbound.MAX_LOOKUPS_PER_TENANT
+    waiting = [threading.Thread(target=look_up, args=(f"hook.d{n}.silent.test",)) for n in range(share)]
+    for thread in waiting:
+        thread.start()
+    assert len(silent_dns.wait_for_queries(share)) == share
+    yield FULL_TENANT
+    silent_dns.release()
+    for thread in waiting:
+        thread.join(10)
 
 
 def finishes_within(seconds: float, call, *args, **kwargs):

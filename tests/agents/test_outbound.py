@@ -17,6 +17,7 @@ from tests import dns_server
 from tests.dns_server import finishes_within
 
 silent_dns = dns_server.silent_dns
+full_tenant = dns_server.full_tenant
 
 METADATA_V4 = [
     "169.254.169.254",
@@ -150,44 +151,25 @@ def test_callers_of_one_name_share_its_lookup_and_one_domain_cannot_take_every_l
     assert all(text.endswith("does not resolve") for text in waiting), waiting
 
 
-def test_one_tenant_cannot_take_every_lookup_whatever_domains_it_names(silent_dns, monkeypatch):
-    # As if each name were a registrable domain of its own (all are under silent.test here), as a
-    # tenant with many silent domains would have them: only the tenant's cap is left to hold.
-    monkeypatch.setattr(outbound, "MAX_LOOKUPS_PER_DOMAIN", outbound.MAX_LOOKUPS)
-    cap = outbound.MAX_LOOKUPS_PER_TENANT
-    refusals = []
-
-    def look_up(tenant_pk: int, host: str) -> None:
-        with outbound.lookups_for(tenant_pk):
-            try:
-                url_check(f"https://{host}/hook", allow_private=False, timeout=5)
-            except UrlRefused as exc:
-                refusals.append((host, str(exc)))
-
-    callers = [threading.Thread(target=look_up, args=(1, f"hook.d{n}.silent.test")) for n in range(cap)]
-    for caller in callers:
-        caller.start()
-    assert len(silent_dns.wait_for_queries(cap)) == cap
+def test_one_tenant_cannot_take_every_lookup_whatever_domains_it_names(silent_dns, full_tenant):
     # The tenant has all it may have waiting: one more of its names is refused at once.
     started = time.monotonic()
-    look_up(1, "one-more.silent.test")
+    with outbound.lookups_for(full_tenant), pytest.raises(UrlRefused) as refused:
+        url_check("https://one-more.silent.test/hook", allow_private=False, timeout=5)
     assert time.monotonic() - started < 1
-    assert refusals == [
-        (
-            "one-more.silent.test",
-            "the host 'one-more.silent.test' was not looked up: too many lookups are waiting on DNS; "
-            "try again later",
+    assert str(refused.value) == (
+        "the host 'one-more.silent.test' was not looked up: too many lookups are waiting on DNS; "
+        "try again later"
+    )
+    # Another tenant's name is looked up as ever (and waits on the silent server).
+    with (
+        outbound.lookups_for(full_tenant + 1),
+        pytest.raises(UrlRefused, match="did not resolve within 0.5 s"),
+    ):
+        finishes_within(
+            10, url_check, "https://other-tenant.silent.test/hook", allow_private=False, timeout=0.5
         )
-    ]
-    # Another tenant's name is looked up as ever.
-    callers.append(threading.Thread(target=look_up, args=(2, "other-tenant.silent.test")))
-    callers[-1].start()
-    assert "other-tenant.silent.test" in silent_dns.wait_for_queries(cap + 1)
-    silent_dns.release()
-    for caller in callers:
-        caller.join(10)
-    assert len(refusals) == 1 + len(callers)
-    assert all(text.endswith("does not resolve") for _host, text in refusals[1:]), refusals
+    assert "other-tenant.silent.test" in silent_dns.queries
 
 
 def test_a_check_out_of_time_starts_no_lookup():

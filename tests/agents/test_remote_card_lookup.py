@@ -34,6 +34,7 @@ from tests import dns_server
 from tests.dns_server import finishes_within
 
 silent_dns = dns_server.silent_dns
+full_tenant = dns_server.full_tenant
 
 CARD = {
     "name": "Far Away",
@@ -115,6 +116,17 @@ def test_the_console_health_of_a_proxy_whose_name_dns_never_answers_takes_its_2_
     health = finishes_within(15, agent_health_check, agent)
     assert time.monotonic() - started < 3
     assert not health.ok
+    assert "did not resolve within 2 s" in health.reason, health.reason
+
+
+def test_a_proxy_health_check_counts_its_lookups_as_its_tenants(full_tenant):
+    config = {"url": "https://agent.silent.test/a2a/"}
+    mine = Agent(tenant_id=full_tenant, handler="a2a_proxy", config=config)
+    health = finishes_within(15, agent_health_check, mine)
+    assert "too many lookups are waiting on DNS" in health.reason, health.reason
+    # Another tenant's agent still gets its lookup (and its 2 s).
+    other = Agent(tenant_id=full_tenant + 1, handler="a2a_proxy", config=config)
+    health = finishes_within(15, agent_health_check, other)
     assert "did not resolve within 2 s" in health.reason, health.reason
 
 

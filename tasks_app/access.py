@@ -49,7 +49,7 @@ class Caller:
     name: str = ""
     # Checks the caller's credentials again, as they are stored now, for a stream that
     # outlives its request: raises what the binding refuses a caller with (protocol/auth.py).
-    recheck: Callable[[], object] | None = field(default=None, compare=False, repr=False)
+    recheck: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 def parse_task_uuid(task_id: str) -> uuid.UUID | None:

@@ -12,7 +12,7 @@ Three kinds of callers, checked in this order:
 
 import functools
 
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import A2AError, InvalidParamsError, InvalidRequestError
 from django.contrib.auth import get_user_model
 from django.http.multipartparser import MultiPartParserError
 from django.utils.encoding import escape_uri_path
@@ -69,7 +69,7 @@ class CallerForbidden(Exception):
         self.message = message
 
 
-# What resolve_caller raises when the caller may not call; http.refusal() says how to answer.
+# What resolve_caller raises when the caller may not call; CallerRefused.answer() says how to answer.
 CALLER_REFUSED = (CallerUnauthenticated, CallerForbidden)
 
 
@@ -77,12 +77,29 @@ class CallerRefused(Exception):
     """One of CALLER_REFUSED (`reason`), with the agent the binding's answer names in its challenge.
 
     Raised when the agent is known: resolving a call, or checking a stream's caller again.
+    Each binding frames answer() (HTTP) or its parts (gRPC) its own way.
     """
 
     def __init__(self, agent: Agent, reason: Exception):
         super().__init__(str(reason))
         self.agent = agent
         self.reason = reason
+
+    @property
+    def unauthenticated(self) -> bool:
+        """No valid credentials (401, UNAUTHENTICATED), rather than not the scope (403, PERMISSION_DENIED)."""
+        return isinstance(self.reason, CallerUnauthenticated)
+
+    def challenge(self) -> str:
+        """The WWW-Authenticate value the answer carries."""
+        return www_authenticate(
+            self.agent, self.reason.error if self.unauthenticated else "insufficient_scope"
+        )
+
+    def answer(self) -> tuple[int, A2AError, dict[str, str]]:
+        """The HTTP bindings' answer: status, error and the Bearer challenge header."""
+        error = InvalidRequestError(message=self.reason.message)
+        return (401 if self.unauthenticated else 403), error, {"WWW-Authenticate": self.challenge()}
 
 
 def check_tenant(call, request) -> None:
@@ -124,7 +141,7 @@ def _token_caller(authorization: str, uri: str, agent: Agent, method: str) -> Ca
         )
     approver = APPROVE_SCOPE in scopes
     # Judged again the same way: a token revoked or expired since, its client's or person's access gone.
-    recheck = functools.partial(_token_caller, authorization, uri, agent, method)
+    recheck = functools.partial(_token_recheck, authorization, uri, agent, method)
     if token.user_id is None:
         client = token.application
         # An approving client sees the tasks it is asked to decide on, like an operator does.
@@ -183,6 +200,11 @@ def _session_caller(request, agent: Agent) -> Caller | None:
         name=user.get_username(),
         recheck=functools.partial(_session_recheck, user.pk, request.session.session_key, agent),
     )
+
+
+def _token_recheck(authorization: str, uri: str, agent: Agent, method: str) -> None:
+    """Raises what a new request with the same token would be refused with."""
+    _token_caller(authorization, uri, agent, method)
 
 
 def _session_recheck(user_pk, session_key: str, agent: Agent) -> None:

@@ -35,9 +35,7 @@ from tasks_app.protocol import operations
 from tasks_app.protocol.auth import (
     CALLER_REFUSED,
     CallerRefused,
-    CallerUnauthenticated,
     authorization_caller,
-    www_authenticate,
 )
 from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.errors import grpc_status, store_unavailable
@@ -97,15 +95,12 @@ class Refused(Exception):
     Bearer challenge goes in the `www-authenticate` trailer.
     """
 
-    def __init__(self, exc: Exception, agent):
-        super().__init__(exc.message)
-        if isinstance(exc, CallerUnauthenticated):
-            self.status = status_pb2.Status(code=code_pb2.UNAUTHENTICATED, message=exc.message)
-            challenge = www_authenticate(agent, exc.error)
-        else:
-            self.status = status_pb2.Status(code=code_pb2.PERMISSION_DENIED, message=exc.message)
-            challenge = www_authenticate(agent, "insufficient_scope")
-        self.trailer = (("www-authenticate", challenge),)
+    def __init__(self, refused: CallerRefused):
+        message = refused.reason.message
+        super().__init__(message)
+        code = code_pb2.UNAUTHENTICATED if refused.unauthenticated else code_pb2.PERMISSION_DENIED
+        self.status = status_pb2.Status(code=code, message=message)
+        self.trailer = (("www-authenticate", refused.challenge()),)
 
 
 @dataclass(frozen=True)
@@ -137,7 +132,7 @@ class PendingCall(Pending):
         try:
             caller = authorization_caller(self.authorization, agent, self.method, uri=uri)
         except CALLER_REFUSED as exc:
-            raise Refused(exc, agent) from None
+            raise Refused(CallerRefused(agent, exc)) from None
         key = idempotency_key_value(self.idempotency_key)
         # The same quotas as the HTTP bindings, before anything is stored (RESOURCE_EXHAUSTED).
         quota_check(caller, self.method, self.peer)
@@ -231,7 +226,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         except Exception as exc:
             if isinstance(exc, CallerRefused):
                 # The caller's credentials went away while the stream was open (operations.Recheck).
-                exc = Refused(exc.reason, exc.agent)
+                exc = Refused(exc)
             status, trailer = _failure(exc, method)
             if started is not None:
                 metrics.request_done("grpc", method, _outcome(exc), time.perf_counter() - started)

@@ -12,7 +12,7 @@ operation's own first trip to a database thread.
 import re
 from dataclasses import dataclass
 
-from a2a.utils.errors import A2AError, InvalidParamsError, InvalidRequestError, VersionNotSupportedError
+from a2a.utils.errors import A2AError, InvalidParamsError, VersionNotSupportedError
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 
@@ -24,9 +24,7 @@ from tasks_app.db import db
 from tasks_app.protocol.auth import (
     CALLER_REFUSED,
     CallerRefused,
-    CallerUnauthenticated,
     resolve_caller,
-    www_authenticate,
 )
 from tasks_app.protocol.call import Call, Pending
 from tasks_app.protocol.sse import last_event_id
@@ -199,15 +197,3 @@ class PendingCall(Pending):
         key = idempotency_key(request) if method in SEND_METHODS else ""
         quota_check(caller, method, request.META.get("REMOTE_ADDR", ""))
         return _call(request, caller, key, method)
-
-
-def refusal(exc: Exception, agent: Agent) -> tuple[int, A2AError, dict[str, str]]:
-    """HTTP status, error and Bearer challenge header that answer a refused caller (CALLER_REFUSED)."""
-    if isinstance(exc, CallerUnauthenticated):
-        return (
-            401,
-            InvalidRequestError(message=exc.message),
-            {"WWW-Authenticate": www_authenticate(agent, exc.error)},
-        )
-    challenge = {"WWW-Authenticate": www_authenticate(agent, "insufficient_scope")}
-    return 403, InvalidRequestError(message=exc.message), challenge

@@ -32,7 +32,6 @@ from tasks_app.protocol.http import (
     find_agent,
     is_json_content_type,
     payload_too_large_message,
-    refusal,
 )
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
@@ -50,7 +49,7 @@ def error_response(request_id, error: A2AError, status: int = 200, headers: dict
 
 def _refused_frame(request_id, refused: CallerRefused) -> dict:
     """The last event of a stream whose caller may no longer call: the refusal, as a JSON-RPC error."""
-    _status, error, _challenge = refusal(refused.reason, refused.agent)
+    _status, error, _challenge = refused.answer()
     return {"jsonrpc": "2.0", "id": request_id, "error": jsonrpc_error(error)}
 
 
@@ -149,7 +148,7 @@ async def jsonrpc_endpoint(request, tenant: str, agent: str):
     except NoAgent:
         return error_response(request_id, MethodNotFoundError(message="No agent at this URL"), 404)
     except CallerRefused as refused:
-        status, error, challenge = refusal(refused.reason, refused.agent)
+        status, error, challenge = refused.answer()
         return error_response(request_id, error, status, challenge)
     except A2AError as error:
         return error_response(request_id, error, jsonrpc_http_status(error), unavailable_headers(error))

@@ -33,7 +33,6 @@ from tasks_app.protocol.http import (
     call_and_params,
     is_json_content_type,
     payload_too_large_message,
-    refusal,
 )
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import load_json, parse_request
@@ -123,7 +122,7 @@ def _error_body(error: A2AError, status: int | None) -> tuple[int, dict]:
 
 def _refused_frame(refused: CallerRefused) -> dict:
     """The last event of a stream whose caller's credentials went away: the refusal's Status body."""
-    status, error, _challenge = refusal(refused.reason, refused.agent)
+    status, error, _challenge = refused.answer()
     return _error_body(error, status)[1]
 
 
@@ -223,7 +222,7 @@ async def _answer(request, tenant: str, agent: str, rest: str):
     except NoAgent:
         return error_response(MethodNotFoundError(message="No agent at this URL"))
     except CallerRefused as refused:
-        status, error, challenge = refusal(refused.reason, refused.agent)
+        status, error, challenge = refused.answer()
         return error_response(error, status, challenge)
     except A2AError as error:
         return error_response(error, headers=unavailable_headers(error) or None)

@@ -17,7 +17,7 @@ from a2a.compat.v0_3 import types as types_v03
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNotFoundError
 
 from tasks_app.db import UNAVAILABLE_ERRORS, db
-from tasks_app.protocol.auth import CALLER_REFUSED
+from tasks_app.protocol.auth import CALLER_REFUSED, CallerRefused
 from tasks_app.protocol.errors import (
     QuotaExceeded,
     StoreUnavailable,
@@ -25,7 +25,6 @@ from tasks_app.protocol.errors import (
     store_unavailable,
     unavailable_headers,
 )
-from tasks_app.protocol.http import refusal
 from tasks_app.protocol.legacy import draft, v03
 from tasks_app.protocol.legacy.common import Exchange, draft_id, find_task, parse_model
 from tasks_app.protocol.validation import check_int32
@@ -65,7 +64,7 @@ async def dispatch(request, body: dict, agent, request_id) -> JsonAnswer:
             return await _task_method(ex)
         return await dialect.HANDLERS[method](ex)
     except CALLER_REFUSED as exc:
-        status, error, challenge = refusal(exc, agent)
+        status, error, challenge = CallerRefused(agent, exc).answer()
         return ex.error(error, status, challenge)
     except (QuotaExceeded, StoreUnavailable) as error:
         # A quota refusal is 429 and a store outage 503, with Retry-After, here too; other errors

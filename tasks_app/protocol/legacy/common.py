@@ -25,7 +25,7 @@ from tasks_app.protocol import operations
 from tasks_app.protocol.auth import CallerRefused
 from tasks_app.protocol.call import Call
 from tasks_app.protocol.errors import QuotaExceeded, jsonrpc_error, protocol_error
-from tasks_app.protocol.http import call_for, refusal
+from tasks_app.protocol.http import call_for
 from tasks_app.protocol.sse import sse_response
 from tasks_app.protocol.validation import (
     check_request,
@@ -85,7 +85,7 @@ class Exchange:
                 yield None, {"error": legacy_error(error, codes, aliases)}
             except CallerRefused as refused:
                 # The caller's credentials went away while the stream was open (operations.Recheck).
-                error = refusal(refused.reason, refused.agent)[1]
+                error = refused.answer()[1]
                 yield None, {"error": legacy_error(error, codes, aliases)}
             except Exception:
                 logger.exception("Legacy stream %r failed", request_id)

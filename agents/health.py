@@ -6,9 +6,12 @@ handler's own readiness check, if it has one (a2a_proxy: the remote card is
 fetched, within 2 s). The last may use the network, so a result is cached for
 HEALTH_TTL seconds per agent and per version of its row (an edit starts
 afresh), and the list page checks the agents it has no result for in
-parallel. "Check now" passes fresh=True.
+parallel. "Check now" passes fresh=True. A check whose host lookups were
+refused because too many were waiting (outbound's shares) is not cached: the
+next look checks again.
 """
 
+import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from datetime import datetime
 from django.core.cache import cache
 from django.utils import timezone
 
-from agents.outbound import deadline, lookups_for
+from agents.outbound import deadline, lookups_for, noting_crowded
 from agents.registry import (
     ConfigInvalid,
     HandlerNotAvailable,
@@ -41,6 +44,8 @@ class AgentHealth:
     # Why the agent cannot serve, a sentence for the console; "" when it can.
     reason: str
     checked_at: datetime
+    # The check met a full share of DNS lookups: the platform was busy, not the agent. Not cached.
+    passing: bool = False
 
 
 def _key(agent) -> str:
@@ -54,7 +59,8 @@ def agent_health(agent, *, fresh: bool = False) -> AgentHealth:
         if cached is not None:
             return cached
     health = _check(agent)
-    cache.set(_key(agent), health, HEALTH_TTL)
+    if not health.passing:
+        cache.set(_key(agent), health, HEALTH_TTL)
     return health
 
 
@@ -68,7 +74,8 @@ def agents_health(agents) -> dict[int, AgentHealth]:
         with ThreadPoolExecutor(max_workers=min(PARALLEL_CHECKS, len(missing))) as pool:
             for agent, health in zip(missing, pool.map(_check, missing), strict=True):
                 result[agent.pk] = health
-        cache.set_many({_key(agent): result[agent.pk] for agent in missing}, HEALTH_TTL)
+        lasting = {_key(agent): result[agent.pk] for agent in missing if not result[agent.pk].passing}
+        cache.set_many(lasting, HEALTH_TTL)
     return result
 
 
@@ -81,8 +88,11 @@ def _check(agent) -> AgentHealth:
         load_handler(agent.handler)
     except HandlerNotAvailable as exc:
         return _refused(f"Its handler is missing: {exc}.")
-    with deadline(CHECK_TIMEOUT), lookups_for(agent.tenant_id):
-        return _checked(agent)
+    with deadline(CHECK_TIMEOUT), lookups_for(agent.tenant_id), noting_crowded() as crowded:
+        health = _checked(agent)
+    if crowded and not health.ok:
+        return dataclasses.replace(health, passing=True)
+    return health
 
 
 def _checked(agent) -> AgentHealth:

@@ -66,6 +66,8 @@ _pending: dict[str, "_Lookup"] = {}
 _deadline: ContextVar[tuple[float, float]] = ContextVar("outbound_deadline", default=(math.inf, math.inf))
 # Whose the lookups are: the tenant (its pk) whose webhook, proxy agent or card they are for.
 _tenant: ContextVar[int | None] = ContextVar("outbound_tenant", default=None)
+# Inside noting_crowded(): the names refused a lookup because too many were waiting (_crowded).
+_crowded_names: ContextVar[list[str] | None] = ContextVar("outbound_crowded", default=None)
 # The name lookup. A module attribute so that a test can put a resolver on loopback in its place.
 getaddrinfo = socket.getaddrinfo
 
@@ -289,6 +291,21 @@ def deadline(seconds: float):
 
 
 @contextmanager
+def noting_crowded():
+    """Yields a list of the names in the block refused a lookup because too many were waiting.
+
+    Such a refusal says how busy the platform was, not what the name is: a
+    result that came of it must not be kept (agents.health).
+    """
+    noted: list[str] = []
+    token = _crowded_names.set(noted)
+    try:
+        yield noted
+    finally:
+        _crowded_names.reset(token)
+
+
+@contextmanager
 def lookups_for(tenant_pk):
     """The lookups in the block are the tenant's: it may have MAX_LOOKUPS_PER_TENANT waiting at once."""
     token = _tenant.set(tenant_pk)
@@ -368,6 +385,8 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
         if lookup is None:
             lookup = _Lookup(_domain(name), _tenant.get())
             if _crowded(lookup):
+                if (noted := _crowded_names.get()) is not None:
+                    noted.append(name)
                 busy = "too many lookups are waiting on DNS; try again later"
                 raise UrlRefused(f"the host '{host}' was not looked up: {busy}")
             _pending[name] = lookup

@@ -19,12 +19,15 @@ from a2a.server.agent_execution import RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState, TaskStatus
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
 from agents import outbound
 from agents.builtin.a2a_proxy import A2AProxyAgentExecutor, ProxyConfigError, remote_target
 from agents.health import _check as agent_health_check
+from agents.health import _key as health_key
+from agents.health import agent_health, agents_health
 from agents.models import Agent
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, card_fetch, card_parse
@@ -128,6 +131,25 @@ def test_a_proxy_health_check_counts_its_lookups_as_its_tenants(full_tenant):
     other = Agent(tenant_id=full_tenant + 1, handler="a2a_proxy", config=config)
     health = finishes_within(15, agent_health_check, other)
     assert "did not resolve within 2 s" in health.reason, health.reason
+
+
+def test_a_health_check_refused_for_a_full_lookup_share_is_not_kept(full_tenant, monkeypatch):
+    # How busy the platform was is no verdict on the agent: the next look checks again.
+    config = {"url": "https://agent.silent.test/a2a/"}
+    single = Agent(pk=-1, tenant_id=full_tenant, handler="a2a_proxy", config=config)
+    listed = Agent(pk=-2, tenant_id=full_tenant, handler="a2a_proxy", config=config)
+    try:
+        assert "too many lookups" in finishes_within(15, agent_health, single).reason
+        assert "too many lookups" in finishes_within(15, agents_health, [listed])[listed.pk].reason
+        monkeypatch.setattr(outbound, "MAX_LOOKUPS_PER_TENANT", outbound.MAX_LOOKUPS)  # room again
+        assert "did not resolve within 2 s" in finishes_within(15, agent_health, single).reason
+        assert "did not resolve within 2 s" in finishes_within(15, agents_health, [listed])[listed.pk].reason
+        # A verdict on the agent is kept as before: with no room, a new check would be refused.
+        monkeypatch.setattr(outbound, "MAX_LOOKUPS_PER_TENANT", 0)
+        assert "did not resolve within 2 s" in agent_health(single).reason
+        assert "did not resolve within 2 s" in agents_health([listed])[listed.pk].reason
+    finally:
+        cache.delete_many([health_key(single), health_key(listed)])
 
 
 def test_the_proxy_health_check_gives_up_on_a_silent_name_in_its_own_time(silent_dns):

@@ -31,7 +31,7 @@ from agents.health import agent_health, agents_health
 from agents.models import Agent
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, card_fetch, card_parse
-from agents.services import agent_import_preview
+from agents.services import agent_import_preview, agent_register
 from tenants.models import Tenant
 from tests import dns_server
 from tests.dns_server import finishes_within
@@ -131,6 +131,24 @@ def test_a_proxy_health_check_counts_its_lookups_as_its_tenants(full_tenant):
     other = Agent(tenant_id=full_tenant + 1, handler="a2a_proxy", config=config)
     health = finishes_within(15, agent_health_check, other)
     assert "did not resolve within 2 s" in health.reason, health.reason
+
+
+@pytest.mark.django_db
+def test_an_import_and_a_proxy_agents_save_count_their_lookups_as_their_tenants(full_tenant):
+    # The tenant has all it may have waiting: both are refused at once, not after their timeouts.
+    tenant = Tenant(pk=full_tenant, slug="full")
+    started = time.monotonic()
+    with pytest.raises(ValidationError) as refused_import:
+        finishes_within(15, agent_import_preview, "https://card.silent.test/card.json", tenant=tenant)
+    with pytest.raises(ValidationError) as refused_save:
+        config = {"url": "https://agent.silent.test/a2a/"}
+        finishes_within(
+            15, agent_register, tenant=tenant, actor="t", slug="far", handler="a2a_proxy", config=config
+        )
+    assert time.monotonic() - started < 2
+    assert "too many lookups are waiting on DNS" in refused_import.value.message_dict["card_url"][0]
+    assert "too many lookups are waiting on DNS" in refused_save.value.message_dict["config"][0]
+    assert not Agent.objects.filter(slug="far").exists()
 
 
 def test_a_health_check_refused_for_a_full_lookup_share_is_not_kept(full_tenant, monkeypatch):

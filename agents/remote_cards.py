@@ -54,6 +54,12 @@ def proxy_url_check(url: str, *, timeout: float = LOOKUP_TIMEOUT) -> Target:
     )
 
 
+def origin_of(url: str | httpx.URL) -> tuple[str, str, int]:
+    """(scheme, host, port) of an http(s) URL, the port filled in: the origin headers are meant for."""
+    url = httpx.URL(url)
+    return url.scheme, url.host.lower(), url.port or (443 if url.scheme == "https" else 80)
+
+
 class ScreenedTransport(httpx.AsyncHTTPTransport):
     """Every request screened as it goes (proxy_url_check) and sent to the address it checked.
 
@@ -62,9 +68,22 @@ class ScreenedTransport(httpx.AsyncHTTPTransport):
     could answer a public address to the screen and an internal one to the
     connection (DNS rebinding). Here the screen and the connection use the
     same answer; the Host header and TLS's server name stay the URL's.
+
+    `credentials` (the proxy's configured headers, its API key) go only to
+    `origins`, those of the URLs its admin chose: the card's interface URLs
+    are the remote's to say, and a card that names another host gets nothing
+    it was not meant to have.
     """
 
+    def __init__(
+        self, *, credentials: dict[str, str] | None = None, origins: frozenset = frozenset(), **kwargs
+    ):
+        super().__init__(**kwargs)
+        self.credentials, self.origins = credentials or {}, origins
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.credentials and origin_of(request.url) in self.origins:
+            request.headers.update(self.credentials)
         # Resolving the name is part of connecting: it gets the client's connect timeout.
         timeout = (request.extensions.get("timeout") or {}).get("connect") or LOOKUP_TIMEOUT
         try:

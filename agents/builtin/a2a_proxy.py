@@ -48,7 +48,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.outbound import BAD_HEADER, HEADER_NAME_RE, UrlRefused, deadline, header_valid, time_left
 from agents.registry import ConfigInvalid
-from agents.remote_cards import CardUnavailable, ScreenedTransport, card_fetch, card_url_of, proxy_url_check
+from agents.remote_cards import (
+    CardUnavailable,
+    ScreenedTransport,
+    card_fetch,
+    card_url_of,
+    origin_of,
+    proxy_url_check,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +102,8 @@ class ProxyConfig(BaseModel):
     )
     headers: dict[str, str] = Field(
         default_factory=dict,
-        description="HTTP headers sent with every call to the remote agent, e.g. its API key.",
+        description="HTTP headers sent with every call to the remote agent, e.g. its API key: only to "
+        "the host (and port) of the URL or the card URL, not to one the card names elsewhere.",
         examples=[{"Authorization": "Bearer <the remote agent's token>"}],
         # Secrets: shown only to those who may edit the agent (agents.registry.config_shown).
         json_schema_extra={"writeOnly": True},
@@ -125,6 +133,11 @@ class RemoteTarget:
     @property
     def card_location(self) -> str:
         return self.card_url or card_url_of(self.url)
+
+    @property
+    def origins(self) -> frozenset[tuple[str, str, int]]:
+        """Where `headers` may go: the origins of `url` and `card_url`, the URLs the admin chose."""
+        return frozenset(origin_of(url) for url in (self.url, self.card_location))
 
 
 def remote_target(config: dict | None, *, timeout: float = CONNECT_TIMEOUT) -> RemoteTarget:
@@ -178,13 +191,13 @@ async def remote_client(target: RemoteTarget, timeout: float):
         )
     except CardUnavailable as exc:
         raise ValueError(str(exc)) from None
-    # Our own httpx client carries the configured headers to every call, each call screened and
-    # pinned to the address it was checked at (the card's interface URLs are the remote's to say).
+    # Our own httpx client: each call screened and pinned to the address it was checked at, the
+    # configured headers only on calls to the origins of the configured URLs (the card's
+    # interface URLs are the remote's to say).
     async with httpx.AsyncClient(
-        headers=target.headers,
         timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
         trust_env=False,
-        transport=ScreenedTransport(),
+        transport=ScreenedTransport(credentials=target.headers, origins=target.origins),
     ) as http:
         client = await create_client(
             remote.card, client_config=ClientConfig(streaming=True, httpx_client=http)

@@ -7,7 +7,9 @@ is screened again and sent to the address that was checked, with its Host.
 """
 
 import asyncio
+import contextlib
 import gzip
+import json
 import threading
 import time
 from contextlib import contextmanager
@@ -15,8 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from a2a.helpers import new_text_message
+from a2a.types import Role, SendMessageRequest
 from django.test import override_settings
 
+from agents.builtin.a2a_proxy import RemoteTarget, remote_client
 from agents.remote_cards import ScreenedTransport
 from tests import dns_server
 from tests.dns_server import finishes_within
@@ -152,3 +157,96 @@ def test_a_call_to_a_name_dns_never_answers_fails_within_the_connect_timeout(sil
         "The call was refused: the host 'rpc.silent.test' did not resolve within 0.5 s"
     )
     assert silent_dns.wait_for_queries(1) == ["rpc.silent.test"]
+
+
+class _Headers(BaseHTTPRequestHandler):
+    def do_POST(self):
+        _read_body(self)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(f"key={self.headers.get('X-Api-Key')}".encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_configured_headers_go_to_the_configured_origins_only():
+    # A proxy's API key is for the host its admin named: a card that lists an interface on another
+    # host or port (its own, or a third party's) must not be handed the key with the calls.
+    async def call(url: str, origins: frozenset) -> str:
+        transport = ScreenedTransport(credentials={"X-Api-Key": "sk-SECRET"}, origins=origins)
+        async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+            return (await client.post(url, json={})).text
+
+    with (
+        _serving(_Headers) as chosen,
+        _serving(_Headers) as elsewhere,
+        override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=True),
+    ):
+        target = RemoteTarget(url=f"http://127.0.0.1:{chosen}/a2a/", headers={"X-Api-Key": "sk-SECRET"})
+        assert asyncio.run(call(f"http://127.0.0.1:{chosen}/rpc", target.origins)) == "key=sk-SECRET"
+        assert asyncio.run(call(f"http://127.0.0.1:{elsewhere}/rpc", target.origins)) == "key=None"
+        assert asyncio.run(call(f"http://localhost:{chosen}/rpc", target.origins)) == "key=None"
+        # A card URL of the admin's is as trusted as the URL.
+        on_card_host = RemoteTarget(url=target.url, card_url=f"http://127.0.0.1:{elsewhere}/card.json")
+        assert asyncio.run(call(f"http://127.0.0.1:{elsewhere}/rpc", on_card_host.origins)) == "key=sk-SECRET"
+
+
+def test_a_proxy_sends_its_headers_to_a_card_interface_only_on_its_own_origin():
+    # The proxy's client end to end: the card is read from the configured URL's host (with the
+    # key), and it names an interface on another port, which is called without the key.
+    seen: dict[str, list] = {"card": [], "rpc": []}
+
+    class Remote(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen["card"].append(self.headers.get("X-Api-Key"))
+            card = {
+                "name": "Elsewhere",
+                "description": "A card whose interface is on another port",
+                "version": "1.0.0",
+                "capabilities": {},
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["text/plain"],
+                "skills": [],
+                "supportedInterfaces": [
+                    {
+                        "url": f"http://127.0.0.1:{other}/rpc",
+                        "protocolBinding": "JSONRPC",
+                        "protocolVersion": "1.0",
+                    }
+                ],
+            }
+            self._answer(json.dumps(card))
+
+        def do_POST(self):
+            _read_body(self)
+            seen["rpc"].append(self.headers.get("X-Api-Key"))
+            self._answer(
+                json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": "no"}})
+            )
+
+        def _answer(self, body: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    async def send(target: RemoteTarget) -> None:
+        async with remote_client(target, timeout=5) as client:
+            request = SendMessageRequest(message=new_text_message("hi", role=Role.ROLE_USER))
+            with contextlib.suppress(Exception):  # the answer is an error; the headers are the point
+                async for _ in client.send_message(request):
+                    pass
+
+    with (
+        _serving(Remote) as chosen,
+        _serving(Remote) as other,
+        override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=True),
+    ):
+        target = RemoteTarget(url=f"http://127.0.0.1:{chosen}/a2a/", headers={"X-Api-Key": "sk-SECRET"})
+        asyncio.run(send(target))
+    assert seen == {"card": ["sk-SECRET"], "rpc": [None]}

@@ -36,12 +36,17 @@ def _read_body(handler: BaseHTTPRequestHandler) -> None:
 
 
 class _Echo(BaseHTTPRequestHandler):
+    """Answers a POST with the Host it was sent (reply())."""
+
     def do_POST(self):
         _read_body(self)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
-        self.wfile.write(f"host={self.headers['Host']}".encode())
+        self.wfile.write(self.reply().encode())
+
+    def reply(self) -> str:
+        return f"host={self.headers['Host']}"
 
     def log_message(self, *args):
         pass
@@ -159,16 +164,9 @@ def test_a_call_to_a_name_dns_never_answers_fails_within_the_connect_timeout(sil
     assert silent_dns.wait_for_queries(1) == ["rpc.silent.test"]
 
 
-class _Headers(BaseHTTPRequestHandler):
-    def do_POST(self):
-        _read_body(self)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.end_headers()
-        self.wfile.write(f"key={self.headers.get('X-Api-Key')}".encode())
-
-    def log_message(self, *args):
-        pass
+class _Headers(_Echo):
+    def reply(self) -> str:
+        return f"key={self.headers.get('X-Api-Key')}"
 
 
 def test_the_configured_headers_go_to_the_configured_origins_only():

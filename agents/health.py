@@ -44,8 +44,8 @@ class AgentHealth:
     # Why the agent cannot serve, a sentence for the console; "" when it can.
     reason: str
     checked_at: datetime
-    # The check met a full share of DNS lookups: the platform was busy, not the agent. Not cached.
-    passing: bool = False
+    # Refused for want of room for its DNS lookups: the platform was busy, not the agent. Not cached.
+    busy: bool = False
 
 
 def _key(agent) -> str:
@@ -59,7 +59,7 @@ def agent_health(agent, *, fresh: bool = False) -> AgentHealth:
         if cached is not None:
             return cached
     health = _check(agent)
-    if not health.passing:
+    if not health.busy:
         cache.set(_key(agent), health, HEALTH_TTL)
     return health
 
@@ -74,7 +74,7 @@ def agents_health(agents) -> dict[int, AgentHealth]:
         with ThreadPoolExecutor(max_workers=min(PARALLEL_CHECKS, len(missing))) as pool:
             for agent, health in zip(missing, pool.map(_check, missing), strict=True):
                 result[agent.pk] = health
-        lasting = {_key(agent): result[agent.pk] for agent in missing if not result[agent.pk].passing}
+        lasting = {_key(agent): result[agent.pk] for agent in missing if not result[agent.pk].busy}
         cache.set_many(lasting, HEALTH_TTL)
     return result
 
@@ -91,7 +91,7 @@ def _check(agent) -> AgentHealth:
     with deadline(CHECK_TIMEOUT), lookups_for(agent.tenant_id), noting_crowded() as crowded:
         health = _checked(agent)
     if crowded and not health.ok:
-        return dataclasses.replace(health, passing=True)
+        return dataclasses.replace(health, busy=True)
     return health
 
 

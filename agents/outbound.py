@@ -292,7 +292,7 @@ def deadline(seconds: float):
 
 @contextmanager
 def noting_crowded():
-    """Yields a list of the names in the block refused a lookup because too many were waiting.
+    """Yields a list of the names in the block refused a lookup for want of room (too many waiting).
 
     Such a refusal says how busy the platform was, not what the name is: a
     result that came of it must not be kept (agents.health).
@@ -303,6 +303,12 @@ def noting_crowded():
         yield noted
     finally:
         _crowded_names.reset(token)
+
+
+def _note_crowded(name: str) -> None:
+    """A lookup of `name` was refused for want of room (a share, or a thread): tell noting_crowded()."""
+    if (noted := _crowded_names.get()) is not None:
+        noted.append(name)
 
 
 @contextmanager
@@ -385,8 +391,7 @@ def _lookup(host: str, port: int, timeout: float) -> list[str]:
         if lookup is None:
             lookup = _Lookup(_domain(name), _tenant.get())
             if _crowded(lookup):
-                if (noted := _crowded_names.get()) is not None:
-                    noted.append(name)
+                _note_crowded(name)
                 busy = "too many lookups are waiting on DNS; try again later"
                 raise UrlRefused(f"the host '{host}' was not looked up: {busy}")
             _pending[name] = lookup
@@ -434,6 +439,7 @@ def _start(lookup: _Lookup, name: str, host: str, port: int) -> None:
         _pending.pop(name, None)
         lookup.answer = UrlRefused(f"the host '{host}' could not be looked up now; try again later")
         lookup.done.set()
+        _note_crowded(name)
         if not isinstance(exc, RuntimeError):  # RuntimeError: no thread to be had, a refusal
             raise
 

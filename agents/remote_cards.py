@@ -11,6 +11,8 @@ within the request's own timeout: a DNS server that never answers refuses the UR
 """
 
 import asyncio
+import contextlib
+import ipaddress
 import json
 from dataclasses import dataclass
 
@@ -55,9 +57,37 @@ def proxy_url_check(url: str, *, timeout: float = LOOKUP_TIMEOUT) -> Target:
 
 
 def origin_of(url: str | httpx.URL) -> tuple[str, str, int]:
-    """(scheme, host, port) of an http(s) URL, the port filled in: the origin headers are meant for."""
+    """(scheme, host, port) of an http(s) URL, as one host is spelled whichever way it was written.
+
+    httpx gives the scheme and name in lower case (IDNA-encoded) and leaves a default port out.
+    """
     url = httpx.URL(url)
-    return url.scheme, url.host.lower(), url.port or (443 if url.scheme == "https" else 80)
+    host = url.host.rstrip(".")
+    with contextlib.suppress(ValueError):
+        host = ipaddress.ip_address(host).compressed
+    return url.scheme, host, url.port or (443 if url.scheme == "https" else 80)
+
+
+class CredentialedClient(httpx.AsyncClient):
+    """An httpx client that adds `credentials` (an a2a_proxy's configured headers, its API key) to
+    its requests to `origins` alone: those of the URLs the proxy's admin chose.
+
+    The card's interface URLs are the remote's to say: a card that names another
+    host gets nothing it was not meant to have. A request's own headers (the
+    SDK's Accept for a stream, say) win over the credentials, as they would over
+    a client's headers.
+    """
+
+    def __init__(self, *, credentials: dict[str, str], origins: frozenset, **kwargs):
+        super().__init__(**kwargs)
+        self.credentials, self.origins = httpx.Headers(credentials), origins
+
+    def build_request(self, method, url, *, headers=None, **kwargs) -> httpx.Request:
+        if self.credentials and origin_of(url) in self.origins:
+            merged = httpx.Headers(self.credentials)
+            merged.update(httpx.Headers(headers))
+            headers = merged
+        return super().build_request(method, url, headers=headers, **kwargs)
 
 
 class ScreenedTransport(httpx.AsyncHTTPTransport):
@@ -68,22 +98,9 @@ class ScreenedTransport(httpx.AsyncHTTPTransport):
     could answer a public address to the screen and an internal one to the
     connection (DNS rebinding). Here the screen and the connection use the
     same answer; the Host header and TLS's server name stay the URL's.
-
-    `credentials` (the proxy's configured headers, its API key) go only to
-    `origins`, those of the URLs its admin chose: the card's interface URLs
-    are the remote's to say, and a card that names another host gets nothing
-    it was not meant to have.
     """
 
-    def __init__(
-        self, *, credentials: dict[str, str] | None = None, origins: frozenset = frozenset(), **kwargs
-    ):
-        super().__init__(**kwargs)
-        self.credentials, self.origins = credentials or {}, origins
-
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self.credentials and origin_of(request.url) in self.origins:
-            request.headers.update(self.credentials)
         # Resolving the name is part of connecting: it gets the client's connect timeout.
         timeout = (request.extensions.get("timeout") or {}).get("connect") or LOOKUP_TIMEOUT
         try:

@@ -50,6 +50,7 @@ from agents.outbound import BAD_HEADER, HEADER_NAME_RE, UrlRefused, deadline, he
 from agents.registry import ConfigInvalid
 from agents.remote_cards import (
     CardUnavailable,
+    CredentialedClient,
     ScreenedTransport,
     card_fetch,
     card_url_of,
@@ -103,7 +104,7 @@ class ProxyConfig(BaseModel):
     headers: dict[str, str] = Field(
         default_factory=dict,
         description="HTTP headers sent with every call to the remote agent, e.g. its API key: only to "
-        "the host (and port) of the URL or the card URL, not to one the card names elsewhere.",
+        "the scheme, host and port of the URL or the card URL, not to another the card names.",
         examples=[{"Authorization": "Bearer <the remote agent's token>"}],
         # Secrets: shown only to those who may edit the agent (agents.registry.config_shown).
         json_schema_extra={"writeOnly": True},
@@ -194,10 +195,12 @@ async def remote_client(target: RemoteTarget, timeout: float):
     # Our own httpx client: each call screened and pinned to the address it was checked at, the
     # configured headers only on calls to the origins of the configured URLs (the card's
     # interface URLs are the remote's to say).
-    async with httpx.AsyncClient(
+    async with CredentialedClient(
+        credentials=target.headers,
+        origins=target.origins,
         timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
         trust_env=False,
-        transport=ScreenedTransport(credentials=target.headers, origins=target.origins),
+        transport=ScreenedTransport(),
     ) as http:
         client = await create_client(
             remote.card, client_config=ClientConfig(streaming=True, httpx_client=http)

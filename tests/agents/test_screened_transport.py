@@ -22,7 +22,7 @@ from a2a.types import Role, SendMessageRequest
 from django.test import override_settings
 
 from agents.builtin.a2a_proxy import RemoteTarget, remote_client
-from agents.remote_cards import ScreenedTransport
+from agents.remote_cards import CredentialedClient, ScreenedTransport, origin_of
 from tests import dns_server
 from tests.dns_server import finishes_within
 
@@ -166,35 +166,54 @@ def test_a_call_to_a_name_dns_never_answers_fails_within_the_connect_timeout(sil
 
 class _Headers(_Echo):
     def reply(self) -> str:
-        return f"key={self.headers.get('X-Api-Key')}"
+        return f"key={self.headers.get('X-Api-Key')} accept={self.headers.get('Accept')}"
 
 
 def test_the_configured_headers_go_to_the_configured_origins_only():
     # A proxy's API key is for the host its admin named: a card that lists an interface on another
     # host or port (its own, or a third party's) must not be handed the key with the calls.
-    async def call(url: str, origins: frozenset) -> str:
-        transport = ScreenedTransport(credentials={"X-Api-Key": "sk-SECRET"}, origins=origins)
-        async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
-            return (await client.post(url, json={})).text
+    credentials = {"X-Api-Key": "sk-SECRET", "Accept": "text/plain"}
+
+    async def call(url: str, origins: frozenset, **headers) -> str:
+        client = CredentialedClient(
+            credentials=credentials, origins=origins, transport=ScreenedTransport(), trust_env=False
+        )
+        async with client:
+            return (await client.post(url, json={}, headers=headers)).text
 
     with (
         _serving(_Headers) as chosen,
         _serving(_Headers) as elsewhere,
         override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=True),
     ):
-        target = RemoteTarget(url=f"http://127.0.0.1:{chosen}/a2a/", headers={"X-Api-Key": "sk-SECRET"})
-        assert asyncio.run(call(f"http://127.0.0.1:{chosen}/rpc", target.origins)) == "key=sk-SECRET"
-        assert asyncio.run(call(f"http://127.0.0.1:{elsewhere}/rpc", target.origins)) == "key=None"
-        assert asyncio.run(call(f"http://localhost:{chosen}/rpc", target.origins)) == "key=None"
+        target = RemoteTarget(url=f"http://127.0.0.1:{chosen}/a2a/", headers=credentials)
+        keyed, bare = "key=sk-SECRET accept=text/plain", "key=None accept=*/*"
+        assert asyncio.run(call(f"http://127.0.0.1:{chosen}/rpc", target.origins)) == keyed
+        assert asyncio.run(call(f"http://127.0.0.1:{elsewhere}/rpc", target.origins)) == bare
+        assert asyncio.run(call(f"http://localhost:{chosen}/rpc", target.origins)) == bare
+        # The request's own headers win over the configured ones, as over a client's (an SSE Accept).
+        streamed = asyncio.run(
+            call(f"http://127.0.0.1:{chosen}/rpc", target.origins, accept="text/event-stream")
+        )
+        assert streamed == "key=sk-SECRET accept=text/event-stream"
         # A card URL of the admin's is as trusted as the URL.
         on_card_host = RemoteTarget(url=target.url, card_url=f"http://127.0.0.1:{elsewhere}/card.json")
-        assert asyncio.run(call(f"http://127.0.0.1:{elsewhere}/rpc", on_card_host.origins)) == "key=sk-SECRET"
+        assert asyncio.run(call(f"http://127.0.0.1:{elsewhere}/rpc", on_card_host.origins)) == keyed
+
+
+def test_an_origin_is_one_whichever_way_its_url_spells_it():
+    assert origin_of("HTTP://Agents.Example.COM:80/a") == ("http", "agents.example.com", 80)
+    assert origin_of("http://agents.example.com./b") == ("http", "agents.example.com", 80)
+    assert origin_of("https://[0:0::1]:443/") == origin_of("https://[::1]/") == ("https", "::1", 443)
+    assert origin_of("http://example.com:8080/") != origin_of("https://example.com:8080/")
 
 
 def test_a_proxy_sends_its_headers_to_a_card_interface_only_on_its_own_origin():
     # The proxy's client end to end: the card is read from the configured URL's host (with the
-    # key), and it names an interface on another port, which is called without the key.
+    # key). An interface it names on another port is called without the key, one on the
+    # configured URL's origin with it.
     seen: dict[str, list] = {"card": [], "rpc": []}
+    interface = {}
 
     class Remote(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -209,7 +228,7 @@ def test_a_proxy_sends_its_headers_to_a_card_interface_only_on_its_own_origin():
                 "skills": [],
                 "supportedInterfaces": [
                     {
-                        "url": f"http://127.0.0.1:{other}/rpc",
+                        "url": f"http://127.0.0.1:{interface['port']}/rpc",
                         "protocolBinding": "JSONRPC",
                         "protocolVersion": "1.0",
                     }
@@ -246,5 +265,9 @@ def test_a_proxy_sends_its_headers_to_a_card_interface_only_on_its_own_origin():
         override_settings(DEBUG=False, PROXY_ALLOW_PRIVATE_NETWORKS=True),
     ):
         target = RemoteTarget(url=f"http://127.0.0.1:{chosen}/a2a/", headers={"X-Api-Key": "sk-SECRET"})
+        interface["port"] = other
         asyncio.run(send(target))
-    assert seen == {"card": ["sk-SECRET"], "rpc": [None]}
+        assert seen == {"card": ["sk-SECRET"], "rpc": [None]}
+        interface["port"] = chosen
+        asyncio.run(send(target))
+        assert seen == {"card": ["sk-SECRET"] * 2, "rpc": [None, "sk-SECRET"]}

@@ -80,7 +80,7 @@ class CallerRefused(Exception):
     Each binding frames answer() (HTTP) or its parts (gRPC) its own way.
     """
 
-    def __init__(self, agent: Agent, reason: Exception):
+    def __init__(self, agent: Agent, reason: CallerUnauthenticated | CallerForbidden):
         super().__init__(str(reason))
         self.agent = agent
         self.reason = reason

@@ -22,6 +22,7 @@ from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState, 
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.test import override_settings
+from django.utils import timezone
 
 from agents import outbound
 from agents.builtin.a2a_proxy import A2AProxyAgentExecutor, ProxyConfigError, remote_target
@@ -32,6 +33,9 @@ from agents.models import Agent
 from agents.registry import ConfigInvalid
 from agents.remote_cards import CardUnavailable, card_fetch, card_parse
 from agents.services import agent_import_preview, agent_register
+from tasks_app.models import Context
+from tasks_app.models import Task as TaskRow
+from tasks_app.turns import agent_cancel
 from tenants.models import Tenant
 from tests import dns_server
 from tests.dns_server import finishes_within
@@ -149,6 +153,43 @@ def test_an_import_and_a_proxy_agents_save_count_their_lookups_as_their_tenants(
     assert "too many lookups are waiting on DNS" in refused_import.value.message_dict["card_url"][0]
     assert "too many lookups are waiting on DNS" in refused_save.value.message_dict["config"][0]
     assert not Agent.objects.filter(slug="far").exists()
+
+
+def test_a_proxy_agents_cancel_counts_its_lookups_as_its_tenants(stored, full_tenant, silent_dns, caplog):
+    # The cancel job of a task canceled while it waited: the proxy's cancel() of the remote task
+    # looks up the remote's name, as its tenant's. That tenant's share is full: refused at once.
+    tenant, made = Tenant.objects.get_or_create(
+        pk=full_tenant, defaults={"slug": f"full-{uuid.uuid4().hex[:8]}"}
+    )
+    agent = Agent.objects.create(
+        tenant=tenant,
+        slug=f"proxy-{uuid.uuid4().hex[:8]}",
+        handler="a2a_proxy",
+        config={"url": "https://canceled.silent.test/a2a/"},
+    )
+    owner = f"client:cancel-lookups-{uuid.uuid4()}"
+    try:
+        context = Context.objects.create(tenant=tenant, owner=owner, context_id=f"c-{uuid.uuid4()}")
+        task = TaskRow.objects.create(
+            tenant=tenant,
+            agent=agent,
+            context=context,
+            owner=owner,
+            state="canceled",
+            status_timestamp=timezone.now(),
+            metadata={"a2aProxy": {"remoteTaskId": "remote-1", "remoteContextId": "remote-c"}},
+        )
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="agents.builtin.a2a_proxy"):
+            finishes_within(15, agent_cancel, task_id=str(task.pk))
+        assert time.monotonic() - started < 2
+        assert "too many lookups are waiting on DNS" in caplog.text
+        assert "canceled.silent.test" not in silent_dns.queries
+    finally:
+        Context.objects.filter(tenant=tenant, owner=owner).delete()  # its task with it
+        agent.delete()
+        if made:
+            tenant.delete()
 
 
 def test_a_health_check_refused_for_a_full_lookup_share_is_not_kept(full_tenant, monkeypatch):

@@ -91,7 +91,12 @@ def _check(agent) -> AgentHealth:
     with deadline(CHECK_TIMEOUT), lookups_for(agent.tenant_id), noting_crowded() as crowded:
         health = _checked(agent)
     if crowded and not health.ok:
-        return dataclasses.replace(health, busy=True)
+        # Not the agent's fault, whichever step it failed: its config is not "invalid".
+        reason = (
+            f"It could not be checked now: too many lookups are waiting on DNS ({crowded[0]} was not "
+            "looked up). It is checked again at the next look."
+        )
+        return dataclasses.replace(health, reason=reason, busy=True)
     return health
 
 
